@@ -1,0 +1,42 @@
+"""django-jobqueue: a durable, at-least-once job queue in your Django database.
+
+The public API. Names are imported lazily, so that Django can import this
+package while it loads ``INSTALLED_APPS``, before the models are ready.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import Fail, JobPayloadError, JobQueueError, Retry, UnknownJobError
+
+if TYPE_CHECKING:
+    from .decorators import job
+    from .enqueueing import enqueue, enqueue_many
+    from .queue import QueueClient
+
+_LAZY = {
+    "job": "django_jobqueue.decorators",
+    "enqueue": "django_jobqueue.enqueueing",
+    "enqueue_many": "django_jobqueue.enqueueing",
+    "QueueClient": "django_jobqueue.queue",
+}
+
+__all__ = [
+    "Fail",
+    "JobPayloadError",
+    "JobQueueError",
+    "QueueClient",
+    "Retry",
+    "UnknownJobError",
+    "enqueue",
+    "enqueue_many",
+    "job",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'django_jobqueue' has no attribute {name!r}")

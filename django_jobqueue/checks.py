@@ -1,0 +1,67 @@
+"""System checks for the ``JOBQUEUE`` setting (ids ``django_jobqueue.E0xx``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from .conf import DEFAULTS, jobqueue_settings
+from .queue.validation import check_max_attempts, check_queue
+
+
+def _number(value: Any, minimum: float, *, strict: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return value > minimum if strict else value >= minimum
+
+
+@register()
+def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    user = jobqueue_settings.user_settings()
+    if not isinstance(user, dict):
+        return [Error("JOBQUEUE must be a dict.", id="django_jobqueue.E001")]
+    for key in sorted(set(user) - set(DEFAULTS)):
+        errors.append(
+            Warning(
+                f"JOBQUEUE has an unknown key {key!r}.",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                id="django_jobqueue.W001",
+            )
+        )
+    if jobqueue_settings.DATABASE not in settings.DATABASES:
+        errors.append(
+            Error(
+                f"JOBQUEUE['DATABASE'] is {jobqueue_settings.DATABASE!r}, not a key of DATABASES.",
+                id="django_jobqueue.E002",
+            )
+        )
+    try:
+        check_queue(jobqueue_settings.DEFAULT_QUEUE)
+    except ValueError as exc:
+        errors.append(Error(f"JOBQUEUE['DEFAULT_QUEUE']: {exc}.", id="django_jobqueue.E003"))
+    try:
+        check_max_attempts(jobqueue_settings.MAX_ATTEMPTS)
+    except ValueError as exc:
+        errors.append(Error(f"JOBQUEUE['MAX_ATTEMPTS']: {exc}.", id="django_jobqueue.E004"))
+    positive = (
+        "VISIBILITY_TIMEOUT",
+        "BACKOFF_BASE",
+        "BACKOFF_MAX",
+        "POLL_INTERVAL",
+        "MAX_PAYLOAD_BYTES",
+    )
+    for key in positive:
+        if not _number(getattr(jobqueue_settings, key), 0, strict=True):
+            errors.append(Error(f"JOBQUEUE[{key!r}] must be a number above 0.", id="django_jobqueue.E005"))
+    if not _number(jobqueue_settings.KEEP_COMPLETED, 0, strict=False):
+        errors.append(
+            Error("JOBQUEUE['KEEP_COMPLETED'] must be 0 or more seconds.", id="django_jobqueue.E006")
+        )
+    modules = jobqueue_settings.MODULES
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+        errors.append(Error("JOBQUEUE['MODULES'] must be a list of module paths.", id="django_jobqueue.E007"))
+    return errors

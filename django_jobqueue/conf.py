@@ -1,0 +1,51 @@
+"""Read-through access to the ``JOBQUEUE`` setting.
+
+Each attribute is read from ``settings.JOBQUEUE`` on every access, so
+``override_settings`` and settings changed at start-up are always seen. The
+values are checked by the system checks in ``checks.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "DEFAULT_QUEUE": "default",
+    "VISIBILITY_TIMEOUT": 30.0,
+    "MAX_ATTEMPTS": 5,
+    "BACKOFF_BASE": 1.0,
+    "BACKOFF_MAX": 3600.0,
+    "KEEP_COMPLETED": 86400,
+    "MAX_PAYLOAD_BYTES": 1_000_000,
+    "POLL_INTERVAL": 1.0,
+    "MODULES": [],
+}
+
+
+class JobQueueSettings:
+    """The ``JOBQUEUE`` dictionary, with defaults filled in."""
+
+    DATABASE: str
+    DEFAULT_QUEUE: str
+    VISIBILITY_TIMEOUT: float
+    MAX_ATTEMPTS: int
+    BACKOFF_BASE: float
+    BACKOFF_MAX: float
+    KEEP_COMPLETED: float
+    MAX_PAYLOAD_BYTES: int
+    POLL_INTERVAL: float
+    MODULES: list[str]
+
+    def user_settings(self) -> dict[str, Any]:
+        return getattr(django_settings, "JOBQUEUE", None) or {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"JOBQUEUE has no setting {name!r}")
+        return self.user_settings().get(name, DEFAULTS[name])
+
+
+jobqueue_settings = JobQueueSettings()

@@ -1,0 +1,126 @@
+"""``@job``: register a function as a job and give it ``enqueue`` and ``using``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, overload
+
+from . import registry
+from .models import Job
+from .queue import QueueClient
+from .queue.validation import (
+    check_max_attempts,
+    check_name,
+    check_priority,
+    check_queue,
+    to_seconds,
+)
+
+
+class JobFunction:
+    """A function registered with ``@job``. Calling it runs it here and now."""
+
+    def __init__(self, spec: registry.JobSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        functools.update_wrapper(self, spec.func)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.spec.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name!r}>"
+
+    def enqueue(self, **payload: Any) -> Job:
+        """Enqueue a run of this job with ``payload`` as its keyword arguments."""
+        return BoundJob(self.name).enqueue(**payload)
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        database: str | None = None,
+    ) -> BoundJob:
+        """Return this job with options for one enqueue: ``.using(queue="urgent").enqueue(...)``."""
+        options = {
+            "queue": queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "unique_key": unique_key,
+            "max_attempts": max_attempts,
+        }
+        return BoundJob(self.name, {k: v for k, v in options.items() if v is not None}, database)
+
+
+class BoundJob:
+    """A job name with enqueue options; ``enqueue(**payload)`` inserts one job."""
+
+    def __init__(self, name: str, options: dict[str, Any] | None = None, database: str | None = None):
+        self.name = name
+        self.options = options or {}
+        self.database = database
+
+    def enqueue(self, **payload: Any) -> Job:
+        return QueueClient(self.database).push(self.name, payload, **self.options)
+
+
+@overload
+def job(func: Callable[..., Any], /) -> JobFunction: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    visibility_timeout: timedelta | float | None = None,
+    takes_context: bool = False,
+) -> Callable[[Callable[..., Any]], JobFunction]: ...
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    visibility_timeout: timedelta | float | None = None,
+    takes_context: bool = False,
+) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
+    """Register a function as a job, named ``"<module>.<qualname>"`` unless ``name`` is given.
+
+    The options are the defaults of every job of that name, also when it is
+    enqueued by name. Raise ``ValueError`` for a bad option or a name taken by
+    another function.
+    """
+
+    def decorate(function: Callable[..., Any]) -> JobFunction:
+        spec = registry.JobSpec(
+            name=check_name(name or f"{function.__module__}.{function.__qualname__}"),
+            func=function,
+            queue=check_queue(queue) if queue is not None else None,
+            priority=check_priority(priority) if priority is not None else None,
+            max_attempts=check_max_attempts(max_attempts) if max_attempts is not None else None,
+            visibility_timeout=(
+                to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+                if visibility_timeout is not None
+                else None
+            ),
+            takes_context=bool(takes_context),
+        )
+        registry.register(spec)
+        return JobFunction(spec)
+
+    return decorate(func) if func is not None else decorate

@@ -1,0 +1,68 @@
+"""``enqueue`` and ``enqueue_many``: ordinary inserts on the caller's connection.
+
+Inside ``transaction.atomic()`` a job exists if and only if the transaction
+commits: no ``on_commit`` hook, no second connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from .models import Job
+from .queue import QueueClient
+
+
+def enqueue(
+    name: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    unique_key: str | None = None,
+    max_attempts: int | None = None,
+    using: str | None = None,
+) -> Job:
+    """Enqueue the job ``name`` with ``payload`` (a JSON object) and return it.
+
+    Options left as ``None`` come from the job's ``@job`` defaults, then from
+    settings. Raise ``JobPayloadError`` for a payload the queue cannot store and
+    ``ValueError`` for a bad option, before anything is written.
+    """
+    return QueueClient(using).push(
+        name,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        unique_key=unique_key,
+        max_attempts=max_attempts,
+    )
+
+
+def enqueue_many(
+    items: Iterable[
+        tuple[str, Mapping[str, Any] | None] | tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]
+    ],
+    *,
+    queue: str | None = None,
+    using: str | None = None,
+) -> list[Job]:
+    """Enqueue ``(name, payload)`` or ``(name, payload, options)`` items in one batch.
+
+    ``queue`` is the default for items whose options name none. Every item is
+    validated before anything is written; the jobs are returned in order.
+    """
+    triples = []
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+            raise ValueError(f"item {index}: expected (name, payload) or (name, payload, options)")
+        options = dict(item[2]) if len(item) == 3 else {}
+        if queue is not None:
+            options.setdefault("queue", queue)
+        triples.append((item[0], item[1], options))
+    return QueueClient(using).push_many(triples)

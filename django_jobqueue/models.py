@@ -1,0 +1,130 @@
+"""The queue's tables: live jobs, dead letters and running workers.
+
+Rows of ``Job`` and ``DeadLetter`` are written only by ``queue/ops.py``; read
+them freely through the ORM.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class JobStatus(models.TextChoices):
+    READY = "ready", "ready"  # waiting to be claimed, now or at its run_at
+    RUNNING = "running", "running"  # claimed by a worker until locked_until
+    DONE = "done", "done"
+    CANCELLED = "cancelled", "cancelled"
+
+
+LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING)
+FINISHED_STATUSES = (JobStatus.DONE, JobStatus.CANCELLED)
+
+
+class Job(models.Model):
+    """A unit of work, from enqueue until it is done (or moves to the dead letters)."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=63)
+    payload = models.JSONField(default=dict)
+    priority = models.SmallIntegerField(default=0, help_text="-100..100, higher runs first")
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.READY)
+    attempts = models.IntegerField(default=0, help_text="claims so far")
+    max_attempts = models.IntegerField()
+    visibility_timeout = models.FloatField(help_text="seconds a claim lasts without a heartbeat")
+    run_at = models.DateTimeField()
+    locked_by = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = unowned
+    locked_until = models.DateTimeField(null=True, blank=True)
+    # Changes at every claim: an ack carrying an older token is refused even
+    # when it comes from the same worker id.
+    claim_token = models.BigIntegerField(default=0)
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = no key
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    last_traceback = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The claim: ready jobs of one queue in the order they are taken.
+            models.Index(
+                fields=["queue", "-priority", "run_at", "id"],
+                condition=Q(status="ready"),
+                name="jobqueue_claim_idx",
+            ),
+            # The claim over every queue (pull() without queue names).
+            models.Index(
+                fields=["-priority", "run_at", "id"],
+                condition=Q(status="ready"),
+                name="jobqueue_claim_any_idx",
+            ),
+            # Running jobs, for tick_timeouts. locked_until is left out of the
+            # index so that a heartbeat stays a HOT update.
+            models.Index(fields=["id"], condition=Q(status="running"), name="jobqueue_running_idx"),
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["done", "cancelled"]),
+                name="jobqueue_finished_idx",
+            ),
+            models.Index(fields=["name"], name="jobqueue_name_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                condition=Q(status__in=["ready", "running"]) & Q(unique_key__isnull=False),
+                name="jobqueue_live_unique_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100) & Q(priority__lte=100),
+                name="jobqueue_priority_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.pk} ({self.status})"
+
+
+class DeadLetter(models.Model):
+    """A job that failed for good: everything needed to investigate and replay it."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField(help_text="the job's id while it was live")
+    name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=63)
+    payload = models.JSONField(default=dict)
+    priority = models.SmallIntegerField(default=0)
+    attempts = models.IntegerField()
+    max_attempts = models.IntegerField()
+    visibility_timeout = models.FloatField()
+    enqueued_at = models.DateTimeField(help_text="when the job was first enqueued")
+    worker_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    failed_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["failed_at"], name="jobqueue_dead_failed_idx"),
+            models.Index(fields=["queue", "failed_at"], name="jobqueue_dead_queue_idx"),
+            models.Index(fields=["name", "failed_at"], name="jobqueue_dead_name_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (job #{self.job_id}) failed"
+
+
+class Worker(models.Model):
+    """One running ``runworker`` process and its last heartbeat."""
+
+    worker_id = models.CharField(max_length=255, unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.IntegerField()
+    started_at = models.DateTimeField()
+    last_heartbeat = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.worker_id

@@ -1,0 +1,242 @@
+"""``QueueClient``: the queue's state machine, as ``runworker`` and custom workers use it.
+
+It validates arguments, applies settings and per-job defaults, and calls the
+statements in ``ops.py``; it holds no state of its own beyond the database alias.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from .. import registry
+from ..conf import jobqueue_settings
+from ..models import DeadLetter, Job
+from . import ops
+from .backoff import backoff_delay
+from .validation import (
+    MAX_ERROR_CHARS,
+    MAX_TRACEBACK_CHARS,
+    check_max_attempts,
+    check_name,
+    check_priority,
+    check_queue,
+    check_run_at,
+    check_unique_key,
+    check_worker_id,
+    clean_text,
+    encode_payload,
+    encode_result,
+    to_seconds,
+)
+
+JobRef = Job | int
+Duration = timedelta | float | int
+
+ENQUEUE_OPTIONS = frozenset(
+    {"queue", "priority", "run_at", "delay", "unique_key", "max_attempts", "visibility_timeout"}
+)
+
+
+class QueueClient:
+    """The queue on database ``using`` (default: the ``JOBQUEUE["DATABASE"]`` setting)."""
+
+    def __init__(self, using: str | None = None) -> None:
+        self.using = using or jobqueue_settings.DATABASE
+
+    def __repr__(self) -> str:
+        return f"QueueClient(using={self.using!r})"
+
+    # -- producing -------------------------------------------------------------
+
+    def push(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
+        """Enqueue one job and return it (see ``enqueue``)."""
+        return ops.insert_jobs(self.using, [prepare_job(name, payload, options)])[0]
+
+    def push_many(
+        self, items: Iterable[tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]]
+    ) -> list[Job]:
+        """Enqueue ``(name, payload, options)`` triples in one batch; validate all first."""
+        prepared = []
+        for index, (name, payload, options) in enumerate(items):
+            try:
+                prepared.append(prepare_job(name, payload, options))
+            except ValueError as exc:
+                raise type(exc)(f"item {index}: {exc}") from None
+        return ops.insert_jobs(self.using, prepared)
+
+    # -- claiming --------------------------------------------------------------
+
+    def pull(self, *queues: str, worker_id: str, visibility_timeout: Duration | None = None) -> Job | None:
+        """Claim the next due job of ``queues`` (all queues if none are named), or return None."""
+        jobs = self.pull_many(*queues, worker_id=worker_id, limit=1, visibility_timeout=visibility_timeout)
+        return jobs[0] if jobs else None
+
+    def pull_many(
+        self,
+        *queues: str,
+        worker_id: str,
+        limit: int = 50,
+        visibility_timeout: Duration | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` due jobs: highest priority first, then oldest ``run_at``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        queue_limits = [(check_queue(q), limit) for q in dict.fromkeys(queues)] or None
+        return self.claim(worker_id, queue_limits, limit, visibility_timeout)
+
+    def claim(
+        self,
+        worker_id: str,
+        queue_limits: Sequence[tuple[str, int]] | None,
+        limit: int | None,
+        visibility_timeout: Duration | None = None,
+    ) -> list[Job]:
+        """Claim up to ``limit`` jobs, at most ``queue_limits[q]`` from each queue, in one statement.
+
+        This is what a worker sharing its free slots between weighted queues calls.
+        """
+        timeout = None
+        if visibility_timeout is not None:
+            timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+        return ops.claim(self.using, check_worker_id(worker_id), queue_limits, limit, timeout)
+
+    # -- completing ------------------------------------------------------------
+
+    def ack(self, job: JobRef, *, worker_id: str, result: Any = None) -> bool:
+        """running -> done; False (and nothing changed) if this claim is no longer current.
+
+        ``result`` must be JSON; it is kept with the job while completed jobs are
+        kept (``KEEP_COMPLETED``). With ``KEEP_COMPLETED = 0`` the job is deleted.
+        """
+        keep = jobqueue_settings.KEEP_COMPLETED > 0
+        result_json = encode_result(result) if keep else None
+        return ops.complete(self.using, _fence(job, worker_id), result_json, keep)
+
+    def nack(
+        self,
+        job: JobRef,
+        *,
+        worker_id: str,
+        error: str = "",
+        delay: Duration | None = None,
+        traceback: str = "",
+    ) -> bool:
+        """running -> ready after a backoff (or ``delay``), or -> dead letter if attempts are spent.
+
+        Return False, changing nothing, if this claim is no longer current.
+        """
+        fence = _fence(job, worker_id)
+        counts = (job.attempts, job.max_attempts) if isinstance(job, Job) else None
+        counts = counts or ops.attempts_of(self.using, fence)
+        if counts is None:
+            return False
+        error, traceback = _clean_error(error, traceback)
+        attempts, max_attempts = counts
+        if attempts >= max_attempts:
+            return ops.bury(self.using, fence, error, traceback)
+        if delay is None:
+            seconds = backoff_delay(attempts, jobqueue_settings.BACKOFF_BASE, jobqueue_settings.BACKOFF_MAX)
+        else:
+            seconds = to_seconds(delay, "delay")
+        return ops.retry_later(self.using, fence, seconds, error, traceback)
+
+    def fail(self, job: JobRef, *, worker_id: str, error: str = "", traceback: str = "") -> bool:
+        """running -> dead letter now; False if this claim is no longer current."""
+        error, traceback = _clean_error(error, traceback)
+        return ops.bury(self.using, _fence(job, worker_id), error, traceback)
+
+    def extend_visibility(self, job: JobRef, *, worker_id: str, extension: Duration) -> bool:
+        """Set the claim's deadline to now + ``extension``; False if the claim is no longer current."""
+        seconds = to_seconds(extension, "extension", allow_zero=False)
+        return ops.extend(self.using, _fence(job, worker_id), seconds)
+
+    def release(self, job: JobRef, *, worker_id: str) -> bool:
+        """running -> ready now, without counting the attempt: for work a worker never ran.
+
+        ``runworker`` uses it to hand jobs back on shutdown. False if the claim is
+        no longer current.
+        """
+        return ops.release(self.using, _fence(job, worker_id))
+
+    # -- operating -------------------------------------------------------------
+
+    def tick_timeouts(self) -> int:
+        """Expired claims -> ready (or dead letter when spent); return how many were handled."""
+        return ops.tick_timeouts(self.using)
+
+    def retry_dead_letter(self, dead_letter: DeadLetter | int) -> Job:
+        """Put a dead letter back on its queue as a ready job with attempts reset.
+
+        Raise ``DeadLetter.DoesNotExist`` if it was already retried or deleted.
+        """
+        dead_letter_id = dead_letter.pk if isinstance(dead_letter, DeadLetter) else dead_letter
+        return ops.retry_dead_letter(self.using, _as_id(dead_letter_id))
+
+    def cancel(self, job: JobRef) -> bool:
+        """ready or running -> cancelled; False if the job is finished or gone."""
+        return ops.cancel(self.using, _as_id(job.pk if isinstance(job, Job) else job))
+
+    def prune(self, older_than: Duration | None = None) -> int:
+        """Delete done and cancelled jobs older than ``KEEP_COMPLETED`` (or ``older_than``)."""
+        seconds = jobqueue_settings.KEEP_COMPLETED if older_than is None else older_than
+        return ops.prune(self.using, to_seconds(seconds, "older_than"))
+
+
+def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> ops.NewJob:
+    """Validate one job and fill in its defaults: the call's, then ``@job``'s, then settings'.
+
+    Raise ``ValueError`` or ``JobPayloadError`` before anything is written.
+    """
+    unknown = set(options) - ENQUEUE_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
+    name = check_name(name)
+    spec = registry.lookup(name)
+
+    def option(key: str, setting: Any) -> Any:
+        value = options.get(key)
+        if value is None and spec is not None:
+            value = getattr(spec, key)
+        return setting if value is None else value
+
+    run_at, delay = options.get("run_at"), options.get("delay")
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    unique_key = options.get("unique_key")
+    return ops.NewJob(
+        name=name,
+        queue=check_queue(option("queue", jobqueue_settings.DEFAULT_QUEUE)),
+        payload_json=encode_payload({} if payload is None else payload, jobqueue_settings.MAX_PAYLOAD_BYTES),
+        priority=check_priority(option("priority", 0)),
+        max_attempts=check_max_attempts(option("max_attempts", jobqueue_settings.MAX_ATTEMPTS)),
+        visibility_timeout=to_seconds(
+            option("visibility_timeout", jobqueue_settings.VISIBILITY_TIMEOUT),
+            "visibility_timeout",
+            allow_zero=False,
+        ),
+        run_at=check_run_at(run_at) if run_at is not None else None,
+        delay=to_seconds(delay, "delay") if delay is not None else 0.0,
+        unique_key=check_unique_key(unique_key) if unique_key is not None else None,
+    )
+
+
+def _fence(job: JobRef, worker_id: str) -> ops.Fence:
+    worker_id = check_worker_id(worker_id)
+    if isinstance(job, Job):
+        return ops.Fence(_as_id(job.pk), worker_id, job.claim_token)
+    return ops.Fence(_as_id(job), worker_id)
+
+
+def _as_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a Job or an integer id, got {type(value).__name__}")
+    return value
+
+
+def _clean_error(error: object, traceback: object) -> tuple[str, str]:
+    return (
+        clean_text(error, MAX_ERROR_CHARS),
+        clean_text(traceback, MAX_TRACEBACK_CHARS, keep="tail"),
+    )

@@ -1,0 +1,409 @@
+"""Every statement that changes a job or dead-letter row, and nothing else.
+
+Each transition names the state it expects (and, for a claimed job, the claim
+it expects) in its ``WHERE`` clause, and reports whether it changed a row: a
+lost race is ``False``, never an exception. Every time is the database's clock.
+Each function commits on its own (autocommit) unless the caller is inside
+``transaction.atomic()``, in which case it joins the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.utils import CursorWrapper
+
+from ..models import DeadLetter, Job
+from .dialects import Dialect, dialect_for
+from .rows import JOB_COLUMNS_SQL, claim_order, job_from_row, jobs_from_rows
+
+JOB = Job._meta.db_table
+DEAD = DeadLetter._meta.db_table
+LIVE = "('ready', 'running')"
+CLAIM_ORDER = "priority DESC, run_at, id"
+# Rows per INSERT: well under SQLite's limit of 32,766 bound parameters.
+INSERT_CHUNK = 500
+# Expired claims handled per statement by tick_timeouts.
+TICK_BATCH = 500
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated job, ready to insert (see ``QueueClient.push``)."""
+
+    name: str
+    queue: str
+    payload_json: str
+    priority: int
+    max_attempts: int
+    visibility_timeout: float
+    run_at: datetime | None  # an absolute time, or None for now + delay
+    delay: float
+    unique_key: str | None
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The claim a completion expects: the job, its owner and (if known) the claim token."""
+
+    job_id: int
+    worker_id: str
+    claim_token: int | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        sql = "id = %s AND status = 'running' AND locked_by = %s"
+        params: list[Any] = [self.job_id, self.worker_id]
+        if self.claim_token is not None:
+            sql += " AND claim_token = %s"
+            params.append(self.claim_token)
+        return sql, params
+
+
+def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _cursor(using: str) -> tuple[CursorWrapper, Dialect]:
+    connection = connections[using]
+    return connection.cursor(), dialect_for(connection)
+
+
+# -- enqueue -----------------------------------------------------------------
+
+
+def insert_jobs(using: str, new_jobs: Sequence[NewJob]) -> list[Job]:
+    """Insert ``new_jobs`` as ready jobs and return them, in the order given.
+
+    A job whose ``unique_key`` is held by a live (ready or running) job is not
+    inserted; that live job is returned in its place. Concurrent producers of
+    one key are safe: the unique index decides, and the loser returns the
+    winner's job.
+    """
+    if not new_jobs:
+        return []
+    connection = connections[using]
+    result: list[Job] = []
+    with transaction.atomic(using=using):
+        for chunk in batched(new_jobs, INSERT_CHUNK):
+            result.extend(_insert_chunk(using, connection.ops, chunk))
+    return result
+
+
+def _insert_chunk(using: str, db_ops: Any, chunk: Sequence[NewJob]) -> list[Job]:
+    cursor, dialect = _cursor(using)
+    rows_sql: list[str] = []
+    params: list[Any] = []
+    for new in chunk:
+        if new.run_at is not None:
+            run_at_sql = "%s"
+            params_run_at: list[Any] = [db_ops.adapt_datetimefield_value(new.run_at)]
+        elif new.delay:
+            run_at_sql, params_run_at = dialect.now_plus("%s"), [new.delay]
+        else:
+            run_at_sql, params_run_at = dialect.now, []
+        rows_sql.append(f"(%s, %s, %s, %s, 'ready', 0, %s, %s, {run_at_sql}, 0, %s, '', '', {dialect.now})")
+        params += [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
+        params += [new.visibility_timeout, *params_run_at, new.unique_key]
+    keyed = any(new.unique_key is not None for new in chunk)
+    on_conflict = (
+        f"ON CONFLICT (unique_key) WHERE status IN {LIVE} AND unique_key IS NOT NULL DO NOTHING"
+        if keyed
+        else ""
+    )
+    cursor.execute(
+        f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
+        "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
+        f"created_at) VALUES {', '.join(rows_sql)} {on_conflict} RETURNING {JOB_COLUMNS_SQL}",
+        params,
+    )
+    # Ids grow in the order of the VALUES rows; sorting restores that order.
+    inserted = sorted(jobs_from_rows(using, cursor.fetchall()), key=lambda job: job.pk)
+    if not keyed:
+        return inserted
+    return _match_inserted(using, chunk, inserted)
+
+
+def _match_inserted(using: str, chunk: Sequence[NewJob], inserted: list[Job]) -> list[Job]:
+    by_key = {job.unique_key: job for job in inserted if job.unique_key is not None}
+    unkeyed = iter(job for job in inserted if job.unique_key is None)
+    matched: list[Job] = []
+    for new in chunk:
+        if new.unique_key is None:
+            matched.append(next(unkeyed))
+        else:
+            if new.unique_key not in by_key:
+                by_key[new.unique_key] = _live_job_for_key(using, new)
+            matched.append(by_key[new.unique_key])
+    return matched
+
+
+def _live_job_for_key(using: str, new: NewJob) -> Job:
+    """Return the live job holding ``new.unique_key``, inserting ``new`` if it has gone."""
+    cursor, _ = _cursor(using)
+    for _attempt in range(10):
+        cursor.execute(
+            f"SELECT {JOB_COLUMNS_SQL} FROM {JOB} WHERE unique_key = %s AND status IN {LIVE}",
+            [new.unique_key],
+        )
+        row = cursor.fetchone()
+        if row is not None:
+            return job_from_row(using, row)
+        # The holder finished between our insert and this read: try the insert again.
+        with transaction.atomic(using=using):
+            again = _insert_chunk(using, connections[using].ops, [new])
+        if again:
+            return again[0]
+    raise RuntimeError(f"unique_key {new.unique_key!r} kept changing hands; enqueue again")
+
+
+# -- claim -------------------------------------------------------------------
+
+
+def claim(
+    using: str,
+    worker_id: str,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int | None,
+    visibility_timeout: float | None,
+) -> list[Job]:
+    """ready -> running for up to ``limit`` due jobs; return them in claim order.
+
+    ``queue_limits`` takes at most that many jobs from each named queue (one
+    index scan each); ``None`` takes from every queue. ``limit`` caps the total.
+    Each claimed job gets a new claim token, one more attempt, this owner and a
+    deadline of now + ``visibility_timeout`` (or the job's own timeout).
+    """
+    cursor, dialect = _cursor(using)
+    params: list[Any] = [worker_id, visibility_timeout]
+    due = f"status = 'ready' AND run_at <= {dialect.now}"
+    if queue_limits is None:
+        picked = f"SELECT id FROM {JOB} WHERE {due} ORDER BY {CLAIM_ORDER} LIMIT %s {dialect.skip_locked}"
+        params.append(limit)
+    else:
+        branches = []
+        for queue, queue_limit in queue_limits:
+            branches.append(
+                f"SELECT * FROM (SELECT id, priority, run_at FROM {JOB} WHERE {due} AND queue = %s "
+                f"ORDER BY {CLAIM_ORDER} LIMIT %s {dialect.skip_locked}) AS branch"
+            )
+            params += [queue, queue_limit]
+        picked = "SELECT id FROM (" + " UNION ALL ".join(branches) + ") AS picked"
+        if limit is not None:
+            picked += f" ORDER BY {CLAIM_ORDER} LIMIT %s"
+            params.append(limit)
+    deadline = dialect.now_plus("COALESCE(%s, visibility_timeout)")
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'running', attempts = attempts + 1, "
+        f"claim_token = claim_token + 1, locked_by = %s, locked_until = {deadline} "
+        f"WHERE id IN ({picked}) RETURNING {JOB_COLUMNS_SQL}",
+        params,
+    )
+    return sorted(jobs_from_rows(using, cursor.fetchall()), key=claim_order)
+
+
+# -- completions ---------------------------------------------------------------
+
+
+def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
+    """running -> done (kept for pruning) or deleted; False if this claim is no longer current."""
+    cursor, dialect = _cursor(using)
+    where, params = fence.where()
+    if keep:
+        cursor.execute(
+            f"UPDATE {JOB} SET status = 'done', finished_at = {dialect.now}, "
+            f"locked_until = NULL, result = %s WHERE {where}",
+            [result_json, *params],
+        )
+    else:
+        cursor.execute(f"DELETE FROM {JOB} WHERE {where}", params)
+    return cursor.rowcount == 1
+
+
+def retry_later(using: str, fence: Fence, delay: float, error: str, traceback: str) -> bool:
+    """running -> ready after ``delay`` seconds; False if this claim is no longer current."""
+    cursor, dialect = _cursor(using)
+    where, params = fence.where()
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'ready', run_at = {dialect.now_plus('%s')}, "
+        f"locked_by = NULL, locked_until = NULL, last_error = %s, last_traceback = %s "
+        f"WHERE {where}",
+        [delay, error, traceback, *params],
+    )
+    return cursor.rowcount == 1
+
+
+def attempts_of(using: str, fence: Fence) -> tuple[int, int] | None:
+    """Return ``(attempts, max_attempts)`` of the claimed job, or None if the claim is gone."""
+    cursor, _ = _cursor(using)
+    where, params = fence.where()
+    cursor.execute(f"SELECT attempts, max_attempts FROM {JOB} WHERE {where}", params)
+    row = cursor.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def bury(using: str, fence: Fence, error: str, traceback: str) -> bool:
+    """running -> dead letter; False if this claim is no longer current."""
+    where, params = fence.where()
+    # FOR UPDATE waits for a concurrent completion of the same job, then
+    # re-checks the fence, so a job is never both acked and dead-lettered.
+    lock = "FOR UPDATE" if dialect_for(connections[using]).skip_locked else ""
+    return _move_to_dead_letters(using, "%s", "%s", where, lock, [error, traceback, *params]) == 1
+
+
+def extend(using: str, fence: Fence, seconds: float) -> bool:
+    """Set a running job's deadline to now + ``seconds``; False if the claim is no longer current."""
+    cursor, dialect = _cursor(using)
+    where, params = fence.where()
+    cursor.execute(
+        f"UPDATE {JOB} SET locked_until = {dialect.now_plus('%s')} WHERE {where}",
+        [seconds, *params],
+    )
+    return cursor.rowcount == 1
+
+
+def release(using: str, fence: Fence) -> bool:
+    """running -> ready now, the attempt not counted (a worker handing back work it never ran)."""
+    cursor, _ = _cursor(using)
+    where, params = fence.where()
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'ready', attempts = attempts - 1, locked_by = NULL, "
+        f"locked_until = NULL WHERE {where}",
+        params,
+    )
+    return cursor.rowcount == 1
+
+
+def cancel(using: str, job_id: int) -> bool:
+    """ready or running -> cancelled; a running job's worker then finds its ack refused."""
+    cursor, dialect = _cursor(using)
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'cancelled', finished_at = {dialect.now}, "
+        f"locked_until = NULL WHERE id = %s AND status IN {LIVE}",
+        [job_id],
+    )
+    return cursor.rowcount == 1
+
+
+# -- upkeep --------------------------------------------------------------------
+
+
+def _expired_error_sql() -> str:
+    """SQL text for an expired claim's error, built from the row itself."""
+    return (
+        "'claim expired: worker ' || COALESCE(locked_by, '?') || ' stopped without finishing "
+        "attempt ' || attempts || ' (killed, hung or cut off from the database)'"
+    )
+
+
+def tick_timeouts(using: str) -> int:
+    """Handle every expired claim: running -> ready, or -> dead letter if its attempts are spent.
+
+    Return how many claims were handled. Safe to run from many workers at once:
+    each expired row is handled by exactly one of them.
+    """
+    handled = 0
+    while True:
+        moved = _bury_expired(using)
+        rescued = _rescue_expired(using)
+        handled += moved + rescued
+        if moved < TICK_BATCH and rescued < TICK_BATCH:
+            return handled
+
+
+def _expired(dialect: Dialect) -> str:
+    return f"status = 'running' AND locked_until < {dialect.now}"
+
+
+def _bury_expired(using: str) -> int:
+    dialect = dialect_for(connections[using])
+    where = f"{_expired(dialect)} AND attempts >= max_attempts"
+    return _move_to_dead_letters(
+        using,
+        _expired_error_sql(),
+        "last_traceback",
+        f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {dialect.skip_locked})",
+        "",
+        [],
+    )
+
+
+def _rescue_expired(using: str) -> int:
+    cursor, dialect = _cursor(using)
+    where = f"{_expired(dialect)} AND attempts < max_attempts"
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql()}, "
+        "locked_by = NULL, locked_until = NULL "
+        f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {dialect.skip_locked})",
+        [],
+    )
+    return cursor.rowcount
+
+
+def _move_to_dead_letters(
+    using: str, error_sql: str, traceback_sql: str, where: str, lock: str, params: list[Any]
+) -> int:
+    """Copy the job rows matching ``where`` to the dead letters and delete them, atomically.
+
+    ``params`` fill ``error_sql``, ``traceback_sql`` and ``where``, in that order.
+    """
+    cursor, dialect = _cursor(using)
+    with transaction.atomic(using=using):
+        # Being a write, this statement takes SQLite's write lock before it reads.
+        cursor.execute(
+            f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
+            "visibility_timeout, enqueued_at, worker_id, error, traceback, failed_at) "
+            "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, "
+            f"created_at, locked_by, {error_sql}, {traceback_sql}, {dialect.now} "
+            f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
+            params,
+        )
+        job_ids = [row[0] for row in cursor.fetchall()]
+        for ids in batched(job_ids, INSERT_CHUNK):
+            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({', '.join(['%s'] * len(ids))})", ids)
+    return len(job_ids)
+
+
+def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
+    """dead letter -> ready job, attempts reset, in one transaction.
+
+    Raise ``DeadLetter.DoesNotExist`` if it is gone (already retried or
+    deleted), so that retrying twice never makes two jobs.
+    """
+    cursor, dialect = _cursor(using)
+    lock = "FOR UPDATE" if dialect.skip_locked else ""
+    with transaction.atomic(using=using):
+        cursor.execute(
+            f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
+            "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
+            "created_at) "
+            "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, "
+            f"{dialect.now}, 0, NULL, error, traceback, enqueued_at FROM {DEAD} WHERE id = %s {lock} "
+            f"RETURNING {JOB_COLUMNS_SQL}",
+            [dead_letter_id],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            raise DeadLetter.DoesNotExist(f"dead letter {dead_letter_id} does not exist")
+        cursor.execute(f"DELETE FROM {DEAD} WHERE id = %s", [dead_letter_id])
+    return job_from_row(using, row)
+
+
+def prune(using: str, older_than: float, batch: int = 5000) -> int:
+    """Delete done and cancelled jobs finished more than ``older_than`` seconds ago."""
+    cursor, dialect = _cursor(using)
+    deleted = 0
+    while True:
+        cursor.execute(
+            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} "
+            f"WHERE status IN ('done', 'cancelled') AND finished_at < {dialect.now_minus('%s')} "
+            f"LIMIT %s)",
+            [older_than, batch],
+        )
+        deleted += cursor.rowcount
+        if cursor.rowcount < batch:
+            return deleted

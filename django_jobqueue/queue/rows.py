@@ -1,0 +1,68 @@
+"""Turn rows that raw statements return into ``Job`` instances.
+
+Raw ``RETURNING`` rows skip the ORM's converters, so the two kinds of column
+that need one (JSON and datetimes) are converted here, the same way on
+PostgreSQL and SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils.dateparse import parse_datetime
+
+from ..models import Job
+
+JOB_FIELDS: list[models.Field[Any, Any]] = list(Job._meta.concrete_fields)
+JOB_COLUMNS: list[str] = [str(field.column) for field in JOB_FIELDS]
+JOB_COLUMNS_SQL = ", ".join(JOB_COLUMNS)
+_JOB_ATTNAMES = [field.attname for field in JOB_FIELDS]
+
+
+def _to_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _to_datetime(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"not a datetime: {value!r}")
+        value = parsed
+    if settings.USE_TZ and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # SQLite keeps naive UTC
+    return value
+
+
+def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
+    if isinstance(field, models.JSONField):
+        return _to_json
+    if isinstance(field, models.DateTimeField):
+        return _to_datetime
+    return None
+
+
+_CONVERTERS = [(index, conv) for index, f in enumerate(JOB_FIELDS) if (conv := _converter(f))]
+
+
+def job_from_row(using: str, row: Sequence[Any]) -> Job:
+    values = list(row)
+    for index, convert in _CONVERTERS:
+        values[index] = convert(values[index])
+    return Job.from_db(using, _JOB_ATTNAMES, values)
+
+
+def jobs_from_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job]:
+    return [job_from_row(using, row) for row in rows]
+
+
+def claim_order(job: Job) -> tuple[int, datetime, int]:
+    """The order ``pull`` hands jobs out in: priority, then oldest run_at, then id."""
+    return (-job.priority, job.run_at, job.pk)

@@ -1,0 +1,200 @@
+"""Checks on everything a caller hands to the queue, done before any SQL.
+
+Each check raises ``ValueError`` (or ``JobPayloadError`` for payloads) with a
+message that names the bad value, so a bad call writes nothing and leaves the
+caller's transaction usable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from ..exceptions import JobPayloadError
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+MAX_NAME_LENGTH = 200
+MAX_QUEUE_LENGTH = 63
+MAX_UNIQUE_KEY_LENGTH = 255
+MAX_WORKER_ID_LENGTH = 255
+MAX_ATTEMPTS_LIMIT = 1_000_000
+# Far enough for any real schedule, near enough that now + delay never overflows.
+MAX_DELAY_SECONDS = 100 * 366 * 86400.0
+MAX_PAYLOAD_DEPTH = 100
+
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_\-.:]+")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it is a valid job name: 1-200 printable characters."""
+    if not isinstance(name, str):
+        raise ValueError(f"job name must be a string, not {type(name).__name__}")
+    if not name or len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"job name must be 1 to {MAX_NAME_LENGTH} characters, got {len(name)}")
+    if _CONTROL_RE.search(name) or name != name.strip():
+        raise ValueError(f"job name {name!r} holds control characters or surrounding spaces")
+    return name
+
+
+def check_queue(queue: object) -> str:
+    """Return ``queue`` if it is 1-63 letters, digits, ``_``, ``-``, ``.`` or ``:``."""
+    if not isinstance(queue, str):
+        raise ValueError(f"queue name must be a string, not {type(queue).__name__}")
+    if not queue or len(queue) > MAX_QUEUE_LENGTH:
+        raise ValueError(f"queue name must be 1 to {MAX_QUEUE_LENGTH} characters, got {len(queue)}")
+    if not _QUEUE_RE.fullmatch(queue):
+        raise ValueError(f"queue name {queue!r} may hold only letters, digits, '_', '-', '.' and ':'")
+    return queue
+
+
+def check_priority(priority: object) -> int:
+    """Return ``priority`` if it is an integer from -100 to 100."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"priority must be an integer, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority}")
+    return priority
+
+
+def check_max_attempts(max_attempts: object) -> int:
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise ValueError(f"max_attempts must be an integer, not {type(max_attempts).__name__}")
+    if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise ValueError(f"max_attempts must be from 1 to {MAX_ATTEMPTS_LIMIT}, got {max_attempts}")
+    return max_attempts
+
+
+def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
+    """Return a duration given as a ``timedelta`` or a number of seconds, in seconds."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{what} must be {'' if allow_zero else 'more than '}0 seconds or more")
+    if seconds > MAX_DELAY_SECONDS:
+        raise ValueError(f"{what} of {seconds:.0f} seconds is more than 100 years")
+    return seconds
+
+
+def check_run_at(run_at: object) -> datetime:
+    if not isinstance(run_at, datetime):
+        raise ValueError(f"run_at must be a datetime, not {type(run_at).__name__}")
+    if settings.USE_TZ and timezone.is_naive(run_at):
+        raise ValueError("run_at must be timezone-aware when USE_TZ is on")
+    return run_at
+
+
+def check_unique_key(key: object) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_UNIQUE_KEY_LENGTH:
+        raise ValueError(f"unique_key must be a string of 1 to {MAX_UNIQUE_KEY_LENGTH} characters")
+    if "\x00" in key:
+        raise ValueError("unique_key must not hold NUL characters")
+    return key
+
+
+def check_worker_id(worker_id: object) -> str:
+    if not isinstance(worker_id, str) or not worker_id or len(worker_id) > MAX_WORKER_ID_LENGTH:
+        raise ValueError(f"worker_id must be a string of 1 to {MAX_WORKER_ID_LENGTH} characters")
+    if _CONTROL_RE.search(worker_id):
+        raise ValueError("worker_id must not hold control characters")
+    return worker_id
+
+
+def encode_payload(payload: object, max_bytes: int) -> str:
+    """Return ``payload`` as JSON text, or raise ``JobPayloadError`` saying what is wrong.
+
+    A payload is a JSON object with string keys whose values JSON carries
+    exactly: no NaN or Infinity (JSON has none), no NUL characters (PostgreSQL
+    cannot store them), no objects that a serializer would silently turn into
+    something else.
+    """
+    if not isinstance(payload, dict):
+        raise JobPayloadError(f"payload must be a JSON object (a dict), not {type(payload).__name__}")
+    _check_json_value(payload, "payload")
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        size = len(text.encode("utf-8"))
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise JobPayloadError(f"payload cannot be stored as JSON: {exc}") from None
+    if size > max_bytes:
+        raise JobPayloadError(f"payload is {size} bytes of JSON, more than MAX_PAYLOAD_BYTES ({max_bytes})")
+    return text
+
+
+def encode_result(result: object) -> str | None:
+    """Return a job's return value as JSON text (``None`` stays SQL NULL)."""
+    if result is None:
+        return None
+    _check_json_value(result, "result")
+    try:
+        return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise JobPayloadError(f"result cannot be stored as JSON: {exc}") from None
+
+
+def _check_json_value(root: object, root_path: str) -> None:
+    # Iterative, so that a deeply nested value gives a clear error, not a RecursionError.
+    stack: list[tuple[object, str, int]] = [(root, root_path, 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise JobPayloadError(f"{root_path} is nested more than {MAX_PAYLOAD_DEPTH} levels deep")
+        if value is None or isinstance(value, bool | int):
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise JobPayloadError(f"{path} is {value}, which JSON cannot carry")
+        elif isinstance(value, str):
+            _check_text(value, path)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise JobPayloadError(
+                        f"{path} has a key {key!r} of type {type(key).__name__}; keys must be strings"
+                    )
+                _check_text(key, f"{path} key {key!r}")
+                stack.append((item, f"{path}[{key!r}]", depth + 1))
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                stack.append((item, f"{path}[{index}]", depth + 1))
+        else:
+            raise JobPayloadError(
+                f"{path} is a {type(value).__name__}, which JSON cannot carry; "
+                "pass strings, numbers, booleans, None, lists and dicts"
+            )
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise JobPayloadError(f"{path} holds a NUL character, which the database cannot store")
+
+
+MAX_ERROR_CHARS = 10_000
+MAX_TRACEBACK_CHARS = 50_000
+
+
+def clean_text(text: object, limit: int, *, keep: str = "head") -> str:
+    """Return ``text`` as a string any database stores: no NUL, valid UTF-8, capped.
+
+    Error messages and tracebacks come from arbitrary exceptions; cleaning them
+    keeps the bookkeeping write that records them from failing. ``keep`` says
+    which end of an over-long text survives (a traceback's tail names the
+    failing line).
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    text = text.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    marker = f"\n[... {len(text) - limit} characters cut ...]\n"
+    room = max(limit - len(marker), 0)
+    return marker + text[-room:] if keep == "tail" else text[:room] + marker

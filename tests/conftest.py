@@ -1,0 +1,47 @@
+"""Shared fixtures. Tests run on SQLite by default, on PostgreSQL with DATABASE_URL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_jobqueue import QueueClient
+from django_jobqueue.models import Job
+
+
+@pytest.fixture
+def queue(transactional_db: None) -> QueueClient:
+    """A QueueClient on committed transactions (claims inside TestCase prove nothing)."""
+    return QueueClient()
+
+
+@pytest.fixture
+def job_factory(queue: QueueClient) -> Callable[..., Job]:
+    """Enqueue a job: ``job_factory(name="x", payload={...}, **options)``."""
+
+    def make(name: str = "tests.noop", payload: dict[str, Any] | None = None, **options: Any) -> Job:
+        return queue.push(name, payload or {}, **options)
+
+    return make
+
+
+@pytest.fixture
+def on_postgresql() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def postgresql_only() -> Iterator[None]:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    yield
+
+
+@pytest.fixture
+def sqlite_only() -> Iterator[None]:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only")
+    yield
