@@ -45,3 +45,21 @@ def sqlite_only() -> Iterator[None]:
     if connection.vendor != "sqlite":
         pytest.skip("SQLite only")
     yield
+
+
+@pytest.fixture
+def other_connection(transactional_db: None) -> Iterator[Any]:
+    """A second, independent connection to the test database (another process's view)."""
+    from django.db import connections
+
+    other = connections.create_connection("default")
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+def count_jobs(conn: Any) -> int:
+    with conn.cursor() as cursor:
+        cursor.execute(f"SELECT COUNT(*) FROM {Job._meta.db_table}")
+        return int(cursor.fetchone()[0])
