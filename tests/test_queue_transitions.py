@@ -381,8 +381,6 @@ def test_prune_removes_old_finished_jobs_only(queue, job_factory):
     queue.ack(queue.pull(worker_id="w"), worker_id="w")
     queue.cancel(cancelled.pk)
     assert queue.prune(older_than=3600) == 0
-    Job.objects.filter(pk__in=[done.pk, cancelled.pk]).update(
-        finished_at=timezone.now() - timedelta(hours=2)
-    )
+    Job.objects.filter(pk__in=[done.pk, cancelled.pk]).update(finished_at=timezone.now() - timedelta(hours=2))
     assert queue.prune(older_than=3600) == 2
     assert list(Job.objects.values_list("pk", flat=True)) == [ready.pk]
