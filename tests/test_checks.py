@@ -1,0 +1,41 @@
+"""System checks for the JOBQUEUE setting."""
+
+from __future__ import annotations
+
+import pytest
+from django.test.utils import override_settings
+
+from django_jobqueue.checks import check_jobqueue_settings
+
+
+def ids(**jobqueue: object) -> list[str]:
+    with override_settings(JOBQUEUE=jobqueue):
+        return [message.id for message in check_jobqueue_settings()]
+
+
+def test_defaults_pass():
+    assert ids() == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "check_id"),
+    [
+        ({"DATABASE": "missing"}, "django_jobqueue.E002"),
+        ({"DEFAULT_QUEUE": "bad queue"}, "django_jobqueue.E003"),
+        ({"MAX_ATTEMPTS": 0}, "django_jobqueue.E004"),
+        ({"VISIBILITY_TIMEOUT": 0}, "django_jobqueue.E005"),
+        ({"VISIBILITY_TIMEOUT": 10**12}, "django_jobqueue.E005"),
+        ({"BACKOFF_BASE": -1}, "django_jobqueue.E005"),
+        ({"POLL_INTERVAL": "1"}, "django_jobqueue.E005"),
+        ({"KEEP_COMPLETED": -1}, "django_jobqueue.E006"),
+        ({"MODULES": "myapp.jobs"}, "django_jobqueue.E007"),
+        ({"VISIBILTY_TIMEOUT": 5}, "django_jobqueue.W001"),
+    ],
+)
+def test_bad_settings_are_reported(setting, check_id):
+    assert check_id in ids(**setting)
+
+
+def test_local_naive_times_are_warned_about():
+    with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
+        assert [m.id for m in check_jobqueue_settings()] == ["django_jobqueue.W002"]
