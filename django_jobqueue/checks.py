@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import DEFAULTS, jobqueue_settings
-from .queue.validation import check_max_attempts, check_queue
+from .queue.validation import check_max_attempts, check_queue, to_seconds
 
 
 def _number(value: Any, minimum: float, *, strict: bool) -> bool:
@@ -47,8 +47,11 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
         check_max_attempts(jobqueue_settings.MAX_ATTEMPTS)
     except ValueError as exc:
         errors.append(Error(f"JOBQUEUE['MAX_ATTEMPTS']: {exc}.", id="django_jobqueue.E004"))
+    try:
+        to_seconds(jobqueue_settings.VISIBILITY_TIMEOUT, "VISIBILITY_TIMEOUT", allow_zero=False)
+    except ValueError as exc:
+        errors.append(Error(f"JOBQUEUE['VISIBILITY_TIMEOUT']: {exc}.", id="django_jobqueue.E005"))
     positive = (
-        "VISIBILITY_TIMEOUT",
         "BACKOFF_BASE",
         "BACKOFF_MAX",
         "POLL_INTERVAL",
@@ -60,6 +63,15 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     if not _number(jobqueue_settings.KEEP_COMPLETED, 0, strict=False):
         errors.append(
             Error("JOBQUEUE['KEEP_COMPLETED'] must be 0 or more seconds.", id="django_jobqueue.E006")
+        )
+    if not settings.USE_TZ and settings.TIME_ZONE not in ("UTC", "Etc/UTC", None):
+        errors.append(
+            Warning(
+                "USE_TZ is False and TIME_ZONE is not UTC: run_at values you pass are local "
+                "times, but the queue compares them with the database's UTC clock.",
+                hint="Set USE_TZ = True (Django's default), or TIME_ZONE = 'UTC'.",
+                id="django_jobqueue.W002",
+            )
         )
     modules = jobqueue_settings.MODULES
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):

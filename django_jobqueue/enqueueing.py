@@ -62,7 +62,7 @@ def enqueue_many(
         if not isinstance(item, tuple | list) or len(item) not in (2, 3):
             raise ValueError(f"item {index}: expected (name, payload) or (name, payload, options)")
         options = dict(item[2]) if len(item) == 3 else {}
-        if queue is not None:
-            options.setdefault("queue", queue)
+        if queue is not None and options.get("queue") is None:
+            options["queue"] = queue
         triples.append((item[0], item[1], options))
     return QueueClient(using).push_many(triples)

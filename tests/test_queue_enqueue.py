@@ -171,3 +171,10 @@ def test_unique_key_inside_a_transaction_that_rolls_back_frees_the_key(queue):
         enqueue("tests.otp", unique_key="k")
         raise RuntimeError
     assert enqueue("tests.otp", unique_key="k").status == "ready"
+
+
+def test_enqueue_many_batch_queue_fills_items_whose_queue_is_none(queue):
+    made = enqueue_many(
+        [("tests.noop", {}, {"queue": None}), ("tests.noop", {}, {"queue": "own"})], queue="b"
+    )
+    assert [m.queue for m in made] == ["b", "own"]

@@ -384,3 +384,28 @@ def test_prune_removes_old_finished_jobs_only(queue, job_factory):
     Job.objects.filter(pk__in=[done.pk, cancelled.pk]).update(finished_at=timezone.now() - timedelta(hours=2))
     assert queue.prune(older_than=3600) == 2
     assert list(Job.objects.values_list("pk", flat=True)) == [ready.pk]
+
+
+def test_claim_arguments_edge_cases(queue, job_factory):
+    job_factory(queue="a")
+    assert queue.claim("w", [], limit=5) == []
+    with pytest.raises(ValueError, match="needs a limit"):
+        queue.claim("w", None, limit=None)
+    with pytest.raises(ValueError, match="queue name"):
+        queue.claim("w", [("bad queue", 1)], limit=None)
+    with pytest.raises(ValueError, match="limit"):
+        queue.claim("w", [("a", 0)], limit=None)
+    claimed = queue.claim("w", None, limit=5)
+    assert len(claimed) == 1 and isinstance(claimed[0].visibility_timeout, float)
+
+
+def test_a_dead_letter_from_an_expired_claim_labels_the_earlier_traceback(queue, job_factory):
+    job_factory(max_attempts=2)
+    first = queue.pull(worker_id="w")
+    queue.nack(first, worker_id="w", error="ValueError: bad", traceback="Traceback: line 1", delay=0)
+    queue.pull(worker_id="w2")
+    expire_claims()
+    assert queue.tick_timeouts() == 1
+    dead = DeadLetter.objects.get()
+    assert dead.error.startswith("claim expired: worker w2")
+    assert dead.traceback == "Traceback of an earlier attempt (ValueError: bad):\nTraceback: line 1"

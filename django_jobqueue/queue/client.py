@@ -6,9 +6,13 @@ statements in ``ops.py``; it holds no state of its own beyond the database alias
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
+
+from django.core.exceptions import EmptyResultSet
+from django.db.models import QuerySet
 
 from .. import registry
 from ..conf import jobqueue_settings
@@ -33,6 +37,7 @@ from .validation import (
 
 JobRef = Job | int
 Duration = timedelta | float | int
+DeadLetters = QuerySet[DeadLetter] | Iterable[DeadLetter | int]
 
 ENQUEUE_OPTIONS = frozenset(
     {"queue", "priority", "run_at", "delay", "unique_key", "max_attempts", "visibility_timeout"}
@@ -62,7 +67,7 @@ class QueueClient:
         for index, (name, payload, options) in enumerate(items):
             try:
                 prepared.append(prepare_job(name, payload, options))
-            except ValueError as exc:
+            except (ValueError, TypeError) as exc:
                 raise type(exc)(f"item {index}: {exc}") from None
         return ops.insert_jobs(self.using, prepared)
 
@@ -81,9 +86,7 @@ class QueueClient:
         visibility_timeout: Duration | None = None,
     ) -> list[Job]:
         """Claim up to ``limit`` due jobs: highest priority first, then oldest ``run_at``."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive integer, got {limit!r}")
-        queue_limits = [(check_queue(q), limit) for q in dict.fromkeys(queues)] or None
+        queue_limits = [(q, limit) for q in dict.fromkeys(queues)] or None
         return self.claim(worker_id, queue_limits, limit, visibility_timeout)
 
     def claim(
@@ -96,7 +99,16 @@ class QueueClient:
         """Claim up to ``limit`` jobs, at most ``queue_limits[q]`` from each queue, in one statement.
 
         This is what a worker sharing its free slots between weighted queues calls.
+        ``queue_limits=None`` takes from every queue and then needs a ``limit``.
         """
+        if queue_limits is not None:
+            queue_limits = [(check_queue(q), _check_limit(n)) for q, n in queue_limits]
+            if not queue_limits:
+                return []
+        elif limit is None:
+            raise ValueError("claiming from every queue needs a limit")
+        if limit is not None:
+            _check_limit(limit)
         timeout = None
         if visibility_timeout is not None:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
@@ -183,6 +195,108 @@ class QueueClient:
         seconds = jobqueue_settings.KEEP_COMPLETED if older_than is None else older_than
         return ops.prune(self.using, to_seconds(seconds, "older_than"))
 
+    # -- workers ---------------------------------------------------------------
+
+    def extend_claims(
+        self, jobs: Sequence[Job], *, worker_id: str, visibility_timeout: Duration | None = None
+    ) -> set[int]:
+        """Keep the claims of running ``jobs`` alive: a worker's heartbeat, one statement.
+
+        Each deadline becomes now + ``visibility_timeout`` (default: the job's
+        own), unless it is already later. Return the ids of the claims still
+        held; the others expired and were re-claimed, or their job was cancelled.
+        """
+        timeout = None
+        if visibility_timeout is not None:
+            timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+        claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
+        return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout))
+
+    def register_worker(
+        self, worker_id: str, *, hostname: str, pid: int, queues: Sequence[str], concurrency: int
+    ) -> None:
+        """Record a running worker (``queues`` empty = every queue), replacing a row of the same id."""
+        queues_json = json.dumps([check_queue(queue) for queue in queues])
+        ops.register_worker(self.using, check_worker_id(worker_id), hostname, pid, queues_json, concurrency)
+
+    def worker_heartbeat(self, worker_id: str) -> bool:
+        """Mark a worker alive now; False if its row is gone (pruned while it was cut off)."""
+        return ops.beat_worker(self.using, check_worker_id(worker_id))
+
+    def unregister_worker(self, worker_id: str) -> bool:
+        """Delete a stopping worker's row; False if it was already gone."""
+        return ops.unregister_worker(self.using, check_worker_id(worker_id))
+
+    def prune_workers(self, older_than: Duration) -> int:
+        """Delete the rows of workers silent for more than ``older_than``; return how many."""
+        return ops.prune_workers(self.using, to_seconds(older_than, "older_than"))
+
+    # -- operating in bulk: the admin and ``manage.py jobqueue`` -----------------
+
+    def retry_jobs_now(self, jobs: Iterable[JobRef]) -> list[ops.JobChange]:
+        """Make ready jobs due now; put cancelled jobs back on their queue with attempts reset.
+
+        Return the jobs changed. Running, done and missing jobs are skipped, and so
+        is a cancelled job whose ``unique_key`` a live job holds.
+        """
+        chunks = ops.batched(_job_ids(jobs), ops.INSERT_CHUNK)
+        return [change for chunk in chunks for change in ops.run_jobs_now(self.using, chunk)]
+
+    def cancel_jobs(self, jobs: Iterable[JobRef]) -> list[ops.JobChange]:
+        """ready or running -> cancelled; return the jobs changed (finished and missing ones are skipped)."""
+        chunks = ops.batched(_job_ids(jobs), ops.INSERT_CHUNK)
+        return [change for chunk in chunks for change in ops.cancel_jobs(self.using, chunk)]
+
+    def retry_dead_letters(
+        self,
+        dead_letters: DeadLetters,
+        *,
+        batch_size: int = 500,
+        on_batch: Callable[[list[ops.RetriedDeadLetter]], None] | None = None,
+    ) -> int:
+        """Put dead letters back on their queues as ready jobs with attempts reset; return how many.
+
+        ``dead_letters`` is a ``DeadLetter`` queryset, however large (a filtered
+        admin list, ``--all``), or dead letters or their ids. They are retried in
+        batches of ``batch_size``, each one transaction, without loading them into
+        memory; ``on_batch`` is called with each batch. A dead letter that is
+        already gone (retried or deleted) is skipped: it never becomes two jobs.
+        """
+        matching = _dead_letter_query(dead_letters, self.using)
+        if matching is None:
+            return 0
+        limit = _batch_size(batch_size)
+        retried, after_id = 0, 0
+        while batch := ops.retry_dead_letter_batch(self.using, matching, after_id, limit):
+            retried += len(batch)
+            after_id = batch[-1].dead_letter_id
+            if on_batch is not None:
+                on_batch(batch)
+        return retried
+
+    def delete_dead_letters(
+        self,
+        dead_letters: DeadLetters,
+        *,
+        batch_size: int = 500,
+        on_batch: Callable[[list[ops.DeletedDeadLetter]], None] | None = None,
+    ) -> int:
+        """Delete dead letters (a queryset, or dead letters or ids) in batches; return how many.
+
+        ``on_batch`` is called with each batch deleted; one already gone is skipped.
+        """
+        matching = _dead_letter_query(dead_letters, self.using)
+        if matching is None:
+            return 0
+        limit = _batch_size(batch_size)
+        deleted, after_id = 0, 0
+        while batch := ops.delete_dead_letter_batch(self.using, matching, after_id, limit):
+            deleted += len(batch)
+            after_id = batch[-1].dead_letter_id
+            if on_batch is not None:
+                on_batch(batch)
+        return deleted
+
 
 def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> ops.NewJob:
     """Validate one job and fill in its defaults: the call's, then ``@job``'s, then settings'.
@@ -229,6 +343,12 @@ def _fence(job: JobRef, worker_id: str) -> ops.Fence:
     return ops.Fence(_as_id(job), worker_id)
 
 
+def _check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    return limit
+
+
 def _as_id(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"expected a Job or an integer id, got {type(value).__name__}")
@@ -240,3 +360,29 @@ def _clean_error(error: object, traceback: object) -> tuple[str, str]:
         clean_text(error, MAX_ERROR_CHARS),
         clean_text(traceback, MAX_TRACEBACK_CHARS, keep="tail"),
     )
+
+
+def _job_ids(jobs: Iterable[JobRef]) -> list[int]:
+    return [_as_id(job.pk if isinstance(job, Job) else job) for job in jobs]
+
+
+def _batch_size(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {value!r}")
+    return value
+
+
+def _dead_letter_query(dead_letters: DeadLetters, using: str) -> ops.IdsQuery | None:
+    """Compile the dead letters chosen into an SQL ``SELECT`` of their ids; None if none can match."""
+    if isinstance(dead_letters, QuerySet):
+        if dead_letters.model is not DeadLetter:
+            raise TypeError(f"expected a DeadLetter queryset, got one of {dead_letters.model.__name__}")
+        queryset = dead_letters
+    else:
+        ids = [_as_id(d.pk if isinstance(d, DeadLetter) else d) for d in dead_letters]
+        queryset = DeadLetter.objects.filter(pk__in=ids)
+    try:
+        sql, params = queryset.order_by().values("pk").query.get_compiler(using=using).as_sql()
+    except EmptyResultSet:
+        return None
+    return sql, tuple(params)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
-from ..models import DeadLetter, Job
+from ..models import DeadLetter, Job, Worker
 from .dialects import Dialect, dialect_for
-from .rows import JOB_COLUMNS_SQL, claim_order, job_from_row, jobs_from_rows
+from .rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, job_from_row, jobs_from_rows
 
 JOB = Job._meta.db_table
 DEAD = DeadLetter._meta.db_table
@@ -86,11 +86,13 @@ def insert_jobs(using: str, new_jobs: Sequence[NewJob]) -> list[Job]:
     """
     if not new_jobs:
         return []
-    connection = connections[using]
+    db_ops = connections[using].ops
+    if len(new_jobs) <= INSERT_CHUNK:
+        return _insert_chunk(using, db_ops, new_jobs)  # one statement: atomic by itself
     result: list[Job] = []
     with transaction.atomic(using=using):
         for chunk in batched(new_jobs, INSERT_CHUNK):
-            result.extend(_insert_chunk(using, connection.ops, chunk))
+            result.extend(_insert_chunk(using, db_ops, chunk))
     return result
 
 
@@ -115,14 +117,16 @@ def _insert_chunk(using: str, db_ops: Any, chunk: Sequence[NewJob]) -> list[Job]
         if keyed
         else ""
     )
+    notify = NOTIFY_RETURNING if dialect.vendor == "postgresql" else ""
     cursor.execute(
         f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
         "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
-        f"created_at) VALUES {', '.join(rows_sql)} {on_conflict} RETURNING {JOB_COLUMNS_SQL}",
+        f"created_at) VALUES {', '.join(rows_sql)} {on_conflict} RETURNING {JOB_COLUMNS_SQL}{notify}",
         params,
     )
+    rows = [row[: len(JOB_COLUMNS)] for row in cursor.fetchall()]  # less the notification's column
     # Ids grow in the order of the VALUES rows; sorting restores that order.
-    inserted = sorted(jobs_from_rows(using, cursor.fetchall()), key=lambda job: job.pk)
+    inserted = sorted(jobs_from_rows(using, rows), key=lambda job: job.pk)
     if not keyed:
         return inserted
     return _match_inserted(using, chunk, inserted)
@@ -325,7 +329,9 @@ def _bury_expired(using: str) -> int:
     return _move_to_dead_letters(
         using,
         _expired_error_sql(),
-        "last_traceback",
+        # The expiry itself has no traceback; an earlier attempt's is worth keeping, labelled.
+        "CASE WHEN last_traceback = '' THEN '' "
+        "ELSE 'Traceback of an earlier attempt (' || last_error || '):\n' || last_traceback END",
         f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {dialect.skip_locked})",
         "",
         [],
@@ -407,3 +413,253 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
         deleted += cursor.rowcount
         if cursor.rowcount < batch:
             return deleted
+
+
+# -- wake-up -------------------------------------------------------------------
+
+# The PostgreSQL channel an insert notifies, with the queue name as the payload.
+# A constant: a worker LISTENs on it whatever its queues, and filters by payload.
+NOTIFY_CHANNEL = "django_jobqueue"
+
+# Appended to an insert's RETURNING list on PostgreSQL: every inserted row
+# notifies its queue. The notifications are sent when the transaction commits,
+# never for one that rolls back, and PostgreSQL folds identical notifications of
+# one transaction into one, so a transaction that enqueues many jobs wakes the
+# workers once per queue. A row that a taken unique_key kept out notifies nobody.
+NOTIFY_RETURNING = f", pg_notify('{NOTIFY_CHANNEL}', queue)"
+
+
+# -- heartbeat -----------------------------------------------------------------
+
+
+def extend_claims(
+    using: str, worker_id: str, claims: Sequence[tuple[int, int]], visibility_timeout: float | None
+) -> list[int]:
+    """Push the deadline of each claim ``(job_id, claim_token)`` of ``worker_id`` to at least
+    now + ``visibility_timeout`` (or the job's own timeout), one statement per batch.
+
+    A deadline already further away (``extend_visibility`` from the job itself)
+    is kept. Return the ids of the claims still held; a claim that expired and
+    was re-claimed, or whose job was cancelled, is not extended.
+    """
+    cursor, dialect = _cursor(using)
+    deadline = dialect.now_plus("COALESCE(%s, visibility_timeout)")
+    held: list[int] = []
+    for chunk in batched(claims, INSERT_CHUNK):
+        pairs = ", ".join(["(%s, %s)"] * len(chunk))
+        cursor.execute(
+            f"UPDATE {JOB} SET locked_until = CASE WHEN locked_until > {deadline} THEN locked_until "
+            f"ELSE {deadline} END WHERE status = 'running' AND locked_by = %s "
+            f"AND (id, claim_token) IN (VALUES {pairs}) RETURNING id",
+            [visibility_timeout, visibility_timeout, worker_id, *(value for pair in chunk for value in pair)],
+        )
+        held.extend(row[0] for row in cursor.fetchall())
+    return held
+
+
+# -- worker rows -----------------------------------------------------------------
+
+WORKER = Worker._meta.db_table
+
+
+def register_worker(
+    using: str, worker_id: str, hostname: str, pid: int, queues_json: str, concurrency: int
+) -> None:
+    """Insert the row of a starting worker, or take over the row of an earlier one of that id."""
+    cursor, dialect = _cursor(using)
+    cursor.execute(
+        f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, started_at, last_heartbeat) "
+        f"VALUES (%s, %s, %s, %s, %s, {dialect.now}, {dialect.now}) "
+        "ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid, "
+        "queues = excluded.queues, concurrency = excluded.concurrency, "
+        "started_at = excluded.started_at, last_heartbeat = excluded.last_heartbeat",
+        [worker_id, hostname, pid, queues_json, concurrency],
+    )
+
+
+def beat_worker(using: str, worker_id: str) -> bool:
+    """Set a worker's heartbeat to now; False if its row is gone (pruned as stale)."""
+    cursor, dialect = _cursor(using)
+    cursor.execute(f"UPDATE {WORKER} SET last_heartbeat = {dialect.now} WHERE worker_id = %s", [worker_id])
+    return cursor.rowcount == 1
+
+
+def unregister_worker(using: str, worker_id: str) -> bool:
+    """Delete a stopping worker's row; False if it was already gone."""
+    cursor, _ = _cursor(using)
+    cursor.execute(f"DELETE FROM {WORKER} WHERE worker_id = %s", [worker_id])
+    return cursor.rowcount == 1
+
+
+def prune_workers(using: str, older_than: float) -> int:
+    """Delete the rows of workers whose last heartbeat is more than ``older_than`` seconds old."""
+    cursor, dialect = _cursor(using)
+    cursor.execute(f"DELETE FROM {WORKER} WHERE last_heartbeat < {dialect.now_minus('%s')}", [older_than])
+    return cursor.rowcount
+
+
+# -- operating: the admin and ``manage.py jobqueue`` ------------------------------
+
+# An SQL ``SELECT`` of dead-letter ids and its parameters: the rows an operator chose.
+IdsQuery = tuple[str, Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """A job an operator's statement changed."""
+
+    job_id: int
+    name: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class RetriedDeadLetter:
+    """A dead letter put back on its queue: where it came from and the job it became."""
+
+    dead_letter_id: int
+    old_job_id: int
+    job_id: int
+    name: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class DeletedDeadLetter:
+    dead_letter_id: int
+    old_job_id: int
+    name: str
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join(["%s"] * len(values))
+
+
+def _notify_queues(using: str, queues: Sequence[str]) -> None:
+    """Wake the workers of ``queues`` when this transaction commits (PostgreSQL only)."""
+    cursor, dialect = _cursor(using)
+    if dialect.vendor != "postgresql":
+        return
+    for queue in sorted(set(queues)):
+        cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, queue])
+
+
+def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
+    """ready -> due now; cancelled -> ready now with attempts reset. Return the jobs changed.
+
+    A ready job that is already due keeps its ``run_at`` (and so its place in
+    line). Running, done and missing jobs are left alone, and so is a cancelled
+    job whose ``unique_key`` a live job holds: there is one live job per key.
+    """
+    if not job_ids:
+        return []
+    cursor, dialect = _cursor(using)
+    now = dialect.now
+    key_is_free = (
+        f"unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {JOB} AS holder "
+        f"WHERE holder.unique_key = {JOB}.unique_key AND holder.status IN {LIVE})"
+    )
+    try:
+        # A savepoint: a unique-key conflict leaves the caller's transaction usable.
+        with transaction.atomic(using=using):
+            cursor.execute(
+                f"UPDATE {JOB} SET status = 'ready', "
+                f"run_at = CASE WHEN run_at > {now} THEN {now} ELSE run_at END, "
+                "attempts = CASE WHEN status = 'cancelled' THEN 0 ELSE attempts END, "
+                "locked_by = NULL, locked_until = NULL, finished_at = NULL "
+                f"WHERE id IN ({_marks(job_ids)}) "
+                f"AND (status = 'ready' OR (status = 'cancelled' AND ({key_is_free}))) "
+                "RETURNING id, name, queue",
+                list(job_ids),
+            )
+            changed = [JobChange(*row) for row in sorted(cursor.fetchall())]
+            _notify_queues(using, [change.queue for change in changed])
+    except IntegrityError:
+        # Two cancelled jobs of one key in this batch (the NOT EXISTS of each
+        # sees the other as still cancelled), or an enqueue of that key racing
+        # us. One at a time, the first of a key wins and the others are skipped.
+        if len(job_ids) == 1:
+            return []
+        return [change for job_id in job_ids for change in run_jobs_now(using, [job_id])]
+    return changed
+
+
+def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
+    """ready or running -> cancelled; return the jobs changed.
+
+    Done, cancelled and missing jobs are left alone. The worker of a running job
+    then finds its ack refused.
+    """
+    if not job_ids:
+        return []
+    cursor, dialect = _cursor(using)
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'cancelled', finished_at = {dialect.now}, locked_until = NULL "
+        f"WHERE id IN ({_marks(job_ids)}) AND status IN {LIVE} RETURNING id, name, queue",
+        list(job_ids),
+    )
+    return [JobChange(*row) for row in sorted(cursor.fetchall())]
+
+
+def retry_dead_letter_batch(
+    using: str, matching: IdsQuery, after_id: int, limit: int
+) -> list[RetriedDeadLetter]:
+    """Dead letters -> ready jobs with attempts reset: up to ``limit`` of those in
+    ``matching`` whose id is above ``after_id``, lowest ids first, in one transaction.
+
+    Each dead letter is locked, copied and deleted in that transaction, so one
+    retried twice (a double submit, two operators) becomes one job: the second
+    finds it gone and skips it. Return what was retried, by dead-letter id; an
+    empty list means none is left. Payloads never leave the database.
+    """
+    cursor, dialect = _cursor(using)
+    matching_sql, matching_params = matching
+    lock = "FOR UPDATE" if dialect.skip_locked else ""
+    with transaction.atomic(using=using):
+        # On SQLite this read runs inside the write lock that an IMMEDIATE
+        # transaction takes up front (see the getting-started guide).
+        cursor.execute(
+            f"SELECT id, job_id FROM {DEAD} WHERE id > %s AND id IN ({matching_sql}) "
+            f"ORDER BY id LIMIT %s {lock}",
+            [after_id, *matching_params, limit],
+        )
+        picked = cursor.fetchall()
+        if not picked:
+            return []
+        ids = [row[0] for row in picked]
+        # Ids are drawn in the order the ORDER BY hands rows to the insert, so
+        # the new jobs sorted by id pair up with the dead letters sorted by id.
+        cursor.execute(
+            f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
+            "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
+            "created_at) "
+            "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, "
+            f"{dialect.now}, 0, NULL, error, traceback, enqueued_at FROM {DEAD} "
+            f"WHERE id IN ({_marks(ids)}) ORDER BY id RETURNING id, name, queue",
+            ids,
+        )
+        created = sorted(cursor.fetchall())
+        cursor.execute(f"DELETE FROM {DEAD} WHERE id IN ({_marks(ids)})", ids)
+        _notify_queues(using, [row[2] for row in created])
+    return [
+        RetriedDeadLetter(dead_id, old_job_id, job_id, name, queue)
+        for (dead_id, old_job_id), (job_id, name, queue) in zip(picked, created, strict=True)
+    ]
+
+
+def delete_dead_letter_batch(
+    using: str, matching: IdsQuery, after_id: int, limit: int
+) -> list[DeletedDeadLetter]:
+    """Delete up to ``limit`` dead letters of ``matching`` whose id is above ``after_id``,
+    lowest ids first; return those deleted (an empty list means none is left).
+
+    A dead letter retried or deleted meanwhile is skipped.
+    """
+    cursor, _ = _cursor(using)
+    matching_sql, matching_params = matching
+    cursor.execute(
+        f"DELETE FROM {DEAD} WHERE id IN (SELECT id FROM {DEAD} WHERE id > %s "
+        f"AND id IN ({matching_sql}) ORDER BY id LIMIT %s) RETURNING id, job_id, name",
+        [after_id, *matching_params, limit],
+    )
+    return [DeletedDeadLetter(*row) for row in sorted(cursor.fetchall())]

@@ -46,6 +46,8 @@ def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
         return _to_json
     if isinstance(field, models.DateTimeField):
         return _to_datetime
+    if isinstance(field, models.FloatField):
+        return float  # SQLite returns 30 for 30.0
     return None
 
 

@@ -78,8 +78,10 @@ def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
         seconds = float(value)
     else:
         raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ValueError(f"{what} must be {'' if allow_zero else 'more than '}0 seconds or more")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be 0 seconds or more, got {seconds}")
+    if seconds == 0 and not allow_zero:
+        raise ValueError(f"{what} must be more than 0 seconds")
     if seconds > MAX_DELAY_SECONDS:
         raise ValueError(f"{what} of {seconds:.0f} seconds is more than 100 years")
     return seconds
@@ -195,6 +197,7 @@ def clean_text(text: object, limit: int, *, keep: str = "head") -> str:
     text = text.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
     if len(text) <= limit:
         return text
-    marker = f"\n[... {len(text) - limit} characters cut ...]\n"
-    room = max(limit - len(marker), 0)
+    # The marker's own length depends on the count it shows; 40 characters cover both.
+    room = max(limit - 40, 0)
+    marker = f"\n[... {len(text) - room} characters cut ...]\n"
     return marker + text[-room:] if keep == "tail" else text[:room] + marker
