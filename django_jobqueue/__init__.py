@@ -15,16 +15,19 @@ if TYPE_CHECKING:
     from .decorators import job
     from .enqueueing import enqueue, enqueue_many
     from .queue import QueueClient
+    from .worker.context import JobContext
 
 _LAZY = {
     "job": "django_jobqueue.decorators",
     "enqueue": "django_jobqueue.enqueueing",
     "enqueue_many": "django_jobqueue.enqueueing",
     "QueueClient": "django_jobqueue.queue",
+    "JobContext": "django_jobqueue.worker.context",
 }
 
 __all__ = [
     "Fail",
+    "JobContext",
     "JobPayloadError",
     "JobQueueError",
     "QueueClient",

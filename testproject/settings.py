@@ -86,6 +86,12 @@ STATIC_URL = "static/"
 JOBQUEUE = {
     "VISIBILITY_TIMEOUT": env.float("JOBQUEUE_VISIBILITY_TIMEOUT", default=30.0),
     "KEEP_COMPLETED": env.float("JOBQUEUE_KEEP_COMPLETED", default=86400.0),
+    # Extra modules of @job functions for runworker; the tests add theirs here.
+    "MODULES": env.list("JOBQUEUE_MODULES", default=[]),
+    # The demo shortens the backoff so that retries happen within seconds.
+    "MAX_ATTEMPTS": env.int("JOBQUEUE_MAX_ATTEMPTS", default=5),
+    "BACKOFF_BASE": env.float("JOBQUEUE_BACKOFF_BASE", default=1.0),
+    "BACKOFF_MAX": env.float("JOBQUEUE_BACKOFF_MAX", default=3600.0),
 }
 
 LOGGING = {

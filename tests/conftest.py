@@ -63,3 +63,7 @@ def count_jobs(conn: Any) -> int:
     with conn.cursor() as cursor:
         cursor.execute(f"SELECT COUNT(*) FROM {Job._meta.db_table}")
         return int(cursor.fetchone()[0])
+
+
+# The worker tests' fixtures: start_worker (a real runworker process) and events_path.
+from tests.worker_support import events_path, start_worker  # noqa: E402, F401

@@ -1,0 +1,183 @@
+"""Run one claimed job and tell the queue how it went.
+
+This is the one place that catches broad exceptions: whatever a job raises
+becomes one row of the outcome table below, and nothing a job does can take a
+worker thread down.
+
+==============================================  ==========================  =================
+what the job did                                what the queue is told      outcome logged
+==============================================  ==========================  =================
+returned a JSON value (or None)                 ``ack(result)``             ``done``
+raised ``Retry(delay=…)``                       ``nack(delay=…)``           ``retry`` / ``dead``
+raised ``Fail(message)``                        ``fail(message)``           ``dead``
+raised anything else                            ``nack()`` with backoff     ``retry`` / ``dead``
+==============================================  ==========================  =================
+
+"Anything else" includes three mistakes that are not the job's code failing:
+
+- a name nobody registered (``no job registered as 'x'``): nacked, not
+  failed, because the next deploy of a rolling update may bring the code; once
+  its attempts are spent it lands in the dead letters like any failure;
+- a payload that does not fit the signature: its keys are the function's
+  keyword arguments, so a missing or unknown key is a ``TypeError``;
+- a return value JSON cannot carry: nacked with a ``JobPayloadError`` naming
+  the value, so the mistake shows up the same whether results are kept or not.
+
+A nack is ``retry`` while attempts remain and ``dead`` on the last one. If the
+claim was lost meanwhile (expired and re-claimed, or the job cancelled), the
+queue refuses the write and the outcome is ``lost``. If the write itself fails
+(the database went away), the outcome is ``unrecorded``: the error is logged and
+the job, still claimed, is handed out again once its claim expires.
+
+The log line, on the ``django_jobqueue`` logger::
+
+    job send_otp id=42 attempt=1/5 duration=0.013s outcome=done
+    job send_otp id=43 attempt=2/5 duration=0.004s outcome=retry error='ValueError: provider down'
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections
+
+from .. import registry
+from ..exceptions import Fail, Retry, UnknownJobError
+from ..models import Job
+from ..queue import QueueClient
+from ..queue.validation import encode_result, to_seconds
+from .context import JobContext
+from .outage import DATABASE_ERRORS, close_connection
+
+logger = logging.getLogger(__name__)
+
+ACK, NACK, FAIL = "ack", "nack", "fail"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to tell the queue about one run."""
+
+    action: str
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+    delay: Any = None
+
+
+def verdict_for(exc: BaseException) -> Verdict:
+    """The outcome table's rows for a job that raised ``exc``."""
+    trace = "".join(traceback.format_exception(exc))
+    if isinstance(exc, Retry):
+        try:
+            delay = None if exc.delay is None else to_seconds(exc.delay, "Retry's delay")
+        except ValueError as bad_delay:
+            return Verdict(NACK, error=f"Retry with a bad delay, backoff used instead: {bad_delay}")
+        return Verdict(NACK, error=f"Retry: {exc}", traceback=trace, delay=delay)
+    if isinstance(exc, Fail):
+        return Verdict(FAIL, error=f"Fail: {exc}", traceback=trace)
+    return Verdict(NACK, error=f"{type(exc).__name__}: {exc}", traceback=trace)
+
+
+class Executor:
+    """Runs claimed jobs of one worker, each in the calling thread."""
+
+    def __init__(self, client: QueueClient, worker_id: str) -> None:
+        self.client = client
+        self.worker_id = worker_id
+
+    def run(self, job: Job) -> str:
+        """Run ``job``, record its outcome in the queue, log one line; return the outcome."""
+        close_old_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
+        started = time.monotonic()
+        try:
+            result = self._call(job)
+            encode_result(result)
+            verdict = Verdict(ACK, result=result)
+        except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
+            verdict = verdict_for(exc)
+        duration = time.monotonic() - started
+        outcome = self._record(job, verdict)
+        self._log(job, duration, outcome, verdict.error)
+        close_old_connections()
+        return outcome
+
+    def hand_back(self, job: Job) -> str:
+        """Give a claimed job back without running it, its attempt not counted."""
+        try:
+            released = self.client.release(job, worker_id=self.worker_id)
+        except DATABASE_ERRORS as exc:
+            close_connection(self.client.using)
+            self._log(job, 0.0, "unrecorded", f"release failed: {type(exc).__name__}: {exc}")
+            return "unrecorded"
+        outcome = "released" if released else "lost"
+        self._log(job, 0.0, outcome, "")
+        return outcome
+
+    def _call(self, job: Job) -> Any:
+        spec = registry.lookup(job.name)
+        if spec is None:
+            raise UnknownJobError(
+                f"no job registered as {job.name!r} on worker {self.worker_id} "
+                "(retried later: a newer deploy may have it)"
+            )
+        func: Callable[..., Any] = spec.func
+        if spec.takes_context:
+            return func(JobContext(job, self.worker_id, self.client), **job.payload)
+        return func(**job.payload)
+
+    def _record(self, job: Job, verdict: Verdict) -> str:
+        try:
+            if verdict.action == ACK:
+                return (
+                    "done"
+                    if self.client.ack(job, worker_id=self.worker_id, result=verdict.result)
+                    else "lost"
+                )
+            if verdict.action == FAIL:
+                failed = self.client.fail(
+                    job, worker_id=self.worker_id, error=verdict.error, traceback=verdict.traceback
+                )
+                return "dead" if failed else "lost"
+            nacked = self.client.nack(
+                job,
+                worker_id=self.worker_id,
+                error=verdict.error,
+                traceback=verdict.traceback,
+                delay=verdict.delay,
+            )
+        except DATABASE_ERRORS as exc:
+            close_connection(self.client.using)
+            logger.error(
+                "job %s id=%s: could not record its outcome (%s: %s); it is run again when its claim expires",
+                job.name,
+                job.pk,
+                type(exc).__name__,
+                str(exc).strip(),
+            )
+            return "unrecorded"
+        if not nacked:
+            return "lost"
+        return "dead" if job.attempts >= job.max_attempts else "retry"
+
+    def _log(self, job: Job, duration: float, outcome: str, error: str) -> None:
+        level = {"done": logging.INFO, "released": logging.INFO, "dead": logging.ERROR}.get(
+            outcome, logging.WARNING
+        )
+        suffix = f" error={error.splitlines()[0]!r}" if error else ""
+        logger.log(
+            level,
+            "job %s id=%s attempt=%s/%s duration=%.3fs outcome=%s%s",
+            job.name,
+            job.pk,
+            job.attempts,
+            job.max_attempts,
+            duration,
+            outcome,
+            suffix,
+        )

@@ -1,0 +1,300 @@
+"""The worker process: claiming rounds, slots, and the drain on stop.
+
+Threads of one worker, each with its own database connection:
+
+- the *claimer* runs the claiming loop below: it claims up to the free slots
+  in one statement and hands each job to an idle slot;
+- ``concurrency`` *slots* run one job at a time each (``executor.py``);
+- the heartbeat, the ticker and, on PostgreSQL, the listener (their modules);
+- the main thread only waits, so that a signal handler never interrupts a
+  thread holding a lock it needs (``signals.py``).
+
+A claim commits before its job runs: no transaction is open across job code.
+
+Stopping (``SIGTERM`` / ``SIGINT``): no more claims; running jobs get up to
+``shutdown_timeout`` seconds to finish, heartbeat still beating; then the claims
+of those still running are released (ready again, the attempt not counted)
+and the process exits 0, leaving their threads behind. ``--max-jobs`` and
+``--burst`` stop claiming the same way but wait for every running job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import connections
+
+from ..models import Job
+from ..queue import QueueClient
+from .executor import Executor
+from .heartbeat import Heartbeat
+from .outage import DATABASE_ERRORS, Outage
+from .running import RunningJobs
+from .shares import QueueShares
+from .signals import StopSignals
+from .ticker import Ticker, tick_interval
+from .wakeup import Wakeup
+
+logger = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>-<6 hex digits>``: unique even when a pid is reused after a restart."""
+    return f"{socket.gethostname()[:200]}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What ``runworker``'s options say; see the command's help for each."""
+
+    worker_id: str
+    using: str
+    queues: tuple[tuple[str, int], ...] = ()  # (name, weight); empty = every queue
+    concurrency: int = 1
+    burst: bool = False
+    max_jobs: int | None = None
+    visibility_timeout: float | None = None  # None: each job's own
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 25.0
+    default_visibility_timeout: float = 30.0  # paces the ticker when no override is given
+
+
+class Supervisor:
+    """One worker: its slots, its background duties and its claiming loop."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.client = QueueClient(config.using)
+        self.running = RunningJobs()
+        self.executor = Executor(self.client, config.worker_id)
+        queue_names = [name for name, _weight in config.queues]
+        self.wakeup = Wakeup(config.using, queue_names, config.poll_interval)
+        self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
+        self.heartbeat = Heartbeat(
+            self.client, config.worker_id, self.running, config.visibility_timeout, self.register
+        )
+        self.ticker = Ticker(
+            self.client,
+            tick_interval(config.visibility_timeout or config.default_visibility_timeout),
+            self.wakeup.wake,
+        )
+        self.stop_reason: str | None = None
+        # After run(): True if every thread finished, False if job threads were
+        # abandoned at the shutdown timeout, None if the claiming loop crashed.
+        self.clean: bool | None = None
+        self.started = 0
+        self._stopping = threading.Event()
+        self._signalled = threading.Event()
+        self._handoff: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._slots: list[threading.Thread] = []
+
+    # -- control ---------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """Stop claiming, and exit once every running job has finished."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._stopping.set()
+        self.wakeup.wake()
+
+    def on_signal(self, name: str) -> None:
+        """Stop claiming, give running jobs ``shutdown_timeout``, hand back the rest.
+
+        Called from a signal handler: it only sets flags.
+        """
+        self.stop_reason = name
+        self._signalled.set()
+        self.request_stop(name)
+
+    def register(self) -> None:
+        self.client.register_worker(
+            self.config.worker_id,
+            hostname=socket.gethostname()[:255],
+            pid=os.getpid(),
+            queues=[name for name, _weight in self.config.queues],
+            concurrency=self.config.concurrency,
+        )
+
+    def run(self) -> None:
+        """Work until stopped, then set ``clean``."""
+        try:
+            if self._register_until_stopped():
+                self._start()
+                self._claim_loop()
+                self.clean = self._drain()
+            else:
+                self.clean = True
+        finally:
+            connections.close_all()
+
+    # -- start -----------------------------------------------------------------
+
+    def _register_until_stopped(self) -> bool:
+        outage = Outage("registering", self.config.using)
+        while not self._stopping.is_set():
+            try:
+                self.register()
+                outage.recovered()
+                return True
+            except DATABASE_ERRORS as exc:
+                self._stopping.wait(outage.failed(exc))
+        return False
+
+    def _start(self) -> None:
+        for number in range(self.config.concurrency):
+            slot = threading.Thread(target=self._slot, name=f"jobqueue-slot-{number}", daemon=True)
+            slot.start()
+            self._slots.append(slot)
+        self.heartbeat.start()
+        self.ticker.start()
+        self.wakeup.start()
+        settings = connections[self.config.using].settings_dict
+        logger.info(
+            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s%s%s",
+            self.config.worker_id,
+            ",".join(f"{name}:{weight}" for name, weight in self.config.queues) or "*",
+            self.config.concurrency,
+            self.config.using,
+            connections[self.config.using].vendor,
+            settings.get("NAME"),
+            self.wakeup.method,
+            " burst" if self.config.burst else "",
+            f" max-jobs={self.config.max_jobs}" if self.config.max_jobs else "",
+        )
+
+    # -- claiming --------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        outage = Outage("claiming", self.config.using)
+        while not self._stopping.is_set():
+            self.wakeup.clear()
+            free = self.config.concurrency - len(self.running)
+            if self.config.max_jobs is not None:
+                if self.started >= self.config.max_jobs:
+                    self.request_stop(f"max-jobs {self.config.max_jobs} reached")
+                    return
+                free = min(free, self.config.max_jobs - self.started)
+            if free > 0:
+                idle = not self.running.snapshot()
+                try:
+                    claimed, more = self._claim_round(free, idle)
+                except DATABASE_ERRORS as exc:
+                    self._stopping.wait(outage.failed(exc))
+                    continue
+                outage.recovered()
+                if self.config.burst and idle and not claimed:
+                    self.request_stop("burst: no job due")
+                    return
+                if more:
+                    continue
+            self.wakeup.wait()
+
+    def _claim_round(self, free: int, idle: bool) -> tuple[list[Job], bool]:
+        """Claim up to ``free`` jobs and hand them to slots; return them and whether more may wait."""
+        if self.shares is None:
+            plan = None
+        else:
+            self.shares.refill(self.wakeup.take_notified())
+            plan = self.shares.plan(free, ask_all=idle)
+        claimed = self.client.claim(self.config.worker_id, plan, free, self.config.visibility_timeout)
+        for job in claimed:
+            self.running.add(job)
+            self._handoff.put(job)
+        self.started += len(claimed)
+        if claimed:
+            self.heartbeat.nudge()
+        if self.shares is None or plan is None:
+            return claimed, len(claimed) == free
+        return claimed, self.shares.record(plan, claimed)
+
+    def _slot(self) -> None:
+        try:
+            while (job := self._handoff.get()) is not None:
+                try:
+                    if self._signalled.is_set():
+                        self.executor.hand_back(job)
+                    else:
+                        self.executor.run(job)
+                finally:
+                    self.running.remove(job)
+                    self.wakeup.wake()
+        finally:
+            connections.close_all()
+
+    # -- stopping --------------------------------------------------------------
+
+    def _drain(self) -> bool:
+        self.wakeup.stop()
+        # --burst / --max-jobs: let every claimed job finish, unless a signal cuts it short.
+        while not self._signalled.is_set() and not self.running.wait_empty(timeout=0.2):
+            pass
+        if self.running.snapshot():
+            logger.info(
+                "worker %s stopping (%s): waiting up to %gs for %s running job(s)",
+                self.config.worker_id,
+                self.stop_reason,
+                self.config.shutdown_timeout,
+                len(self.running),
+            )
+        finished = self.running.wait_empty(self.config.shutdown_timeout)
+        self.heartbeat.stop()
+        if not finished:
+            self._hand_back_running()
+        self.ticker.stop()
+        for _slot in self._slots:
+            self._handoff.put(None)
+        # Slots still running a handed-back job are abandoned, not waited for.
+        deadline = time.monotonic() + (1.0 if finished else 0.1)
+        for slot in self._slots:
+            slot.join(max(0.0, deadline - time.monotonic()))
+        self._unregister()
+        left = sum(slot.is_alive() for slot in self._slots)
+        logger.info(
+            "worker %s stopped (%s) after %s job(s)%s",
+            self.config.worker_id,
+            self.stop_reason,
+            self.started,
+            f"; {left} job thread(s) still running were abandoned" if left else "",
+        )
+        return left == 0
+
+    def _hand_back_running(self) -> None:
+        for job in self.running.snapshot():
+            self.executor.hand_back(job)
+
+    def _unregister(self) -> None:
+        try:
+            self.client.unregister_worker(self.config.worker_id)
+        except DATABASE_ERRORS as exc:
+            logger.warning(
+                "worker %s: could not delete its row (%s); it is pruned when stale",
+                self.config.worker_id,
+                exc,
+            )
+
+
+def run_worker(config: WorkerConfig) -> Supervisor:
+    """Run a worker in this process until it stops, and return it (see ``Supervisor.clean``).
+
+    The claiming loop runs in a thread of its own while the main thread only
+    waits for it, so that the signal handlers (which run in the main thread)
+    never interrupt code holding a lock they need.
+    """
+    supervisor = Supervisor(config)
+    signals = StopSignals(supervisor.on_signal)
+    signals.install()
+    try:
+        claimer = threading.Thread(target=supervisor.run, name="jobqueue-claimer")
+        claimer.start()
+        while claimer.is_alive():
+            claimer.join(0.5)
+    finally:
+        signals.restore()
+    return supervisor

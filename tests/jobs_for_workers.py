@@ -1,0 +1,113 @@
+"""Jobs for the worker processes that the tests start.
+
+The tests' workers import this module through ``JOBQUEUE["MODULES"]`` (the
+``JOBQUEUE_MODULES`` environment variable of the test project). Each job
+appends one JSON line per event to the file named by its ``path`` argument, so
+that a test can count runs across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django.db import OperationalError, connection
+
+from django_jobqueue import Fail, JobContext, Retry, job
+
+
+def note(path: str, event: str, ctx: JobContext | None = None, **fields: Any) -> None:
+    """Append one event line; O_APPEND keeps lines from several processes whole."""
+    line = {"event": event, "pid": os.getpid(), "time": time.time(), **fields}
+    if ctx is not None:
+        line.update(job=ctx.job.pk, attempt=ctx.attempt, worker=ctx.worker_id)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def events(path: str | Path) -> list[dict[str, Any]]:
+    """Read back the lines ``note`` wrote (a missing file is no events)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+@job(name="workers.record", takes_context=True)
+def record(ctx: JobContext, path: str, value: Any = None, seconds: float = 0.0) -> Any:
+    note(path, "start", ctx, value=value)
+    if seconds:
+        time.sleep(seconds)
+    note(path, "end", ctx, value=value)
+    return value
+
+
+@job(name="workers.gate", takes_context=True)
+def gate(ctx: JobContext, path: str, release: str, timeout: float = 30.0) -> str:
+    """Note its start, then wait until the file ``release`` exists (or ``timeout``)."""
+    note(path, "start", ctx)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} never appeared")
+        time.sleep(0.01)
+    note(path, "end", ctx)
+    return "released"
+
+
+@job(name="workers.boom")
+def boom(message: str) -> None:
+    raise ValueError(message)
+
+
+@job(name="workers.fail_now")
+def fail_now(reason: str) -> None:
+    raise Fail(reason)
+
+
+@job(name="workers.retry_then_succeed", takes_context=True)
+def retry_then_succeed(ctx: JobContext, path: str, retries: int, delay: float) -> dict[str, int]:
+    note(path, "start", ctx)
+    if ctx.attempt <= retries:
+        raise Retry(delay=delay, reason=f"attempt {ctx.attempt} asks for another")
+    return {"attempt": ctx.attempt}
+
+
+@job(name="workers.context", takes_context=True)
+def describe_context(ctx: JobContext) -> dict[str, Any]:
+    return {
+        "job_id": ctx.job.pk,
+        "attempt": ctx.attempt,
+        "worker_id": ctx.worker_id,
+        "extended": ctx.extend_visibility(120),
+    }
+
+
+@job(name="workers.not_json")
+def not_json() -> Any:
+    return {"when": time}  # a module: JSON cannot carry it
+
+
+@job(name="workers.keyword_only")
+def keyword_only(expected: str) -> str:
+    return expected
+
+
+@job(name="workers.cut_own_connection", takes_context=True)
+def cut_own_connection(ctx: JobContext, path: str) -> int:
+    """On its first attempt, have PostgreSQL end this thread's connection, then return normally."""
+    note(path, "start", ctx)
+    if ctx.attempt == 1:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        except OperationalError:
+            pass  # the job itself is done; the worker's ack now meets a dead connection
+    return ctx.attempt

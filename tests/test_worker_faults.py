@@ -1,0 +1,167 @@
+"""Dead workers, long jobs, lost connections and wake-ups, with real processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from django.db import connection
+
+from django_jobqueue.models import DeadLetter, Job
+from tests.jobs_for_workers import events
+from tests.worker_support import wait_until
+
+
+def starts(path: str) -> list[dict]:
+    return [e for e in events(path) if e["event"] == "start"]
+
+
+def test_a_sigkilled_workers_job_is_finished_by_another(queue, start_worker, events_path, tmp_path):
+    release = tmp_path / "release"
+    job = queue.push("workers.gate", {"path": events_path, "release": str(release)})
+    doomed = start_worker("--visibility-timeout", "1", "--worker-id", "doomed")
+    wait_until(lambda: starts(events_path), 10, "the job to start")
+    survivor = start_worker("--visibility-timeout", "1", "--worker-id", "survivor", "--poll-interval", "0.1")
+    survivor.wait_started()
+
+    doomed.send(signal.SIGKILL)
+    doomed.wait()
+    release.touch()
+
+    wait_until(lambda: Job.objects.filter(pk=job.pk, status="done").exists(), 10, "the rescued job to finish")
+    job.refresh_from_db()
+    assert (job.attempts, job.locked_by) == (2, "survivor")
+    assert [e["worker"] for e in starts(events_path)] == ["doomed", "survivor"]
+    assert "claim expired: worker doomed stopped without finishing attempt 1" in job.last_error
+
+
+def test_the_heartbeat_keeps_a_job_three_times_its_timeout_on_one_worker(queue, start_worker, events_path):
+    job = queue.push("workers.record", {"path": events_path, "value": "long", "seconds": 3.0})
+    first = start_worker("--visibility-timeout", "1", "--worker-id", "first", "--poll-interval", "0.1")
+    wait_until(lambda: starts(events_path), 10, "the job to start")
+    second = start_worker("--visibility-timeout", "1", "--worker-id", "second", "--poll-interval", "0.1")
+    second.wait_started()
+
+    wait_until(lambda: Job.objects.filter(pk=job.pk, status="done").exists(), 10, "the long job")
+
+    job.refresh_from_db()
+    assert (job.attempts, job.locked_by) == (1, "first")
+    assert [e["worker"] for e in starts(events_path)] == ["first"], "run exactly once"
+    assert "claim lost" not in first.log() + second.log()
+    for worker in (first, second):
+        worker.send(signal.SIGTERM)
+        assert worker.wait() == 0
+
+
+def test_without_a_heartbeat_the_claim_would_have_expired(queue, events_path):
+    """The control for the test above: the same claim, not beaten, is rescued after 1 s."""
+    queue.push("workers.record", {"path": events_path, "value": "long"})
+    claimed = queue.pull(worker_id="silent", visibility_timeout=1)
+    assert claimed is not None
+    wait_until(lambda: queue.tick_timeouts() == 1, 5, "the claim to expire")
+
+
+def test_a_failed_bookkeeping_write_is_recovered_by_the_claims_expiry(
+    queue, start_worker, events_path, postgresql_only
+):
+    job = queue.push("workers.cut_own_connection", {"path": events_path})
+
+    worker = start_worker("--visibility-timeout", "1", "--poll-interval", "0.1", "--concurrency", "2")
+
+    wait_until(lambda: Job.objects.filter(pk=job.pk, status="done").exists(), 15, "the job to be run again")
+    job.refresh_from_db()
+    assert (job.attempts, job.result) == (2, 2)
+    assert [e["attempt"] for e in starts(events_path)] == [1, 2]
+    assert f"job workers.cut_own_connection id={job.pk}: could not record its outcome" in worker.log()
+    assert f"job workers.cut_own_connection id={job.pk} attempt=1/5 duration=" in worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def terminate_other_backends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_lost_connections_are_survived(queue, start_worker, events_path, postgresql_only):
+    jobs = queue.push_many(
+        [
+            ("workers.record", {"path": events_path, "value": i, "seconds": 0.01}, {"max_attempts": 20})
+            for i in range(300)
+        ]
+    )
+    worker = start_worker("--visibility-timeout", "1", "--concurrency", "4", "--poll-interval", "0.1")
+    worker.wait_started()
+
+    terminated = 0
+    for _round in range(5):
+        wait_until(lambda: len(starts(events_path)) > 0, 10, "jobs to run")
+        time.sleep(0.3)  # let the worker reconnect and get going between cuts
+        terminated += terminate_other_backends()
+
+    wait_until(lambda: Job.objects.filter(status="done").count() == len(jobs), 30, "every job")
+    assert terminated >= 5
+    assert not DeadLetter.objects.exists()
+    assert worker.proc.poll() is None, "the worker is still up"
+    assert "database error" in worker.log() and "database reachable again" in worker.log()
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def listening() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query = 'LISTEN django_jobqueue'"
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def test_a_new_job_wakes_an_idle_worker_at_once_on_postgresql(
+    queue, start_worker, events_path, postgresql_only
+):
+    worker = start_worker("--poll-interval", "30", "--queue", "watched")
+    worker.wait_started()
+    wait_until(listening, 10, "the worker to LISTEN")
+    time.sleep(0.2)  # the first claiming round is over: the worker is idle, polling every 30 s
+
+    latencies = []
+    for i in range(5):
+        enqueued = time.time()
+        queue.push("workers.record", {"path": events_path, "value": i}, queue="watched")
+        wait_until(lambda i=i: [e for e in starts(events_path) if e["value"] == i], 5, f"job {i}")
+        latencies.append(next(e["time"] for e in starts(events_path) if e["value"] == i) - enqueued)
+
+    assert max(latencies) < 0.5, latencies
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def test_a_notification_for_another_queue_does_not_claim(queue, start_worker, events_path, postgresql_only):
+    worker = start_worker("--poll-interval", "30", "--queue", "watched", "--concurrency", "1")
+    worker.wait_started()
+    wait_until(listening, 10, "the worker to LISTEN")
+
+    other = queue.push("workers.record", {"path": events_path, "value": "other"}, queue="elsewhere")
+    mine = queue.push("workers.record", {"path": events_path, "value": "mine"}, queue="watched")
+
+    wait_until(lambda: Job.objects.filter(pk=mine.pk, status="done").exists(), 5, "the watched job")
+    assert Job.objects.get(pk=other.pk).status == "ready"
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def test_polling_finds_new_jobs_on_sqlite(queue, start_worker, events_path, sqlite_only):
+    worker = start_worker("--poll-interval", "0.2")
+    worker.wait_started()
+
+    enqueued = time.time()
+    queue.push("workers.record", {"path": events_path, "value": 1})
+
+    wait_until(lambda: starts(events_path), 5, "the job")
+    assert starts(events_path)[0]["time"] - enqueued < 1.0
+    assert "wake-up=polling every 0.2s" in worker.log()

@@ -1,0 +1,117 @@
+"""The statements a worker adds to the queue: heartbeat, worker rows and the enqueue notification."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from django_jobqueue.models import Job, Worker
+from django_jobqueue.queue.ops import NOTIFY_CHANNEL
+
+
+def test_extend_claims_beats_every_held_claim_in_one_call(queue, job_factory):
+    for _ in range(3):
+        job_factory(visibility_timeout=5)
+    jobs = queue.pull_many(worker_id="w", limit=3)
+
+    held = queue.extend_claims(jobs, worker_id="w", visibility_timeout=600)
+
+    assert held == {job.pk for job in jobs}
+    for job in Job.objects.all():
+        assert 590 < (job.locked_until - timezone.now()).total_seconds() < 610
+
+
+def test_extend_claims_uses_each_jobs_own_timeout_by_default(queue, job_factory):
+    job_factory(visibility_timeout=100)
+    job_factory(visibility_timeout=300)
+    jobs = queue.pull_many(worker_id="w", limit=2, visibility_timeout=1)
+
+    queue.extend_claims(jobs, worker_id="w")
+
+    left = sorted((job.locked_until - timezone.now()).total_seconds() for job in Job.objects.all())
+    assert 95 < left[0] < 105 and 295 < left[1] < 305
+
+
+def test_extend_claims_never_shortens_a_longer_deadline(queue, job_factory):
+    job_factory(visibility_timeout=5)
+    job = queue.pull(worker_id="w")
+    assert queue.extend_visibility(job, worker_id="w", extension=3600)
+
+    assert queue.extend_claims([job], worker_id="w") == {job.pk}
+
+    assert (Job.objects.get(pk=job.pk).locked_until - timezone.now()).total_seconds() > 3500
+
+
+def test_extend_claims_skips_claims_no_longer_held(queue, job_factory):
+    job_factory()
+    job_factory()
+    job_factory()
+    mine, stolen, cancelled = queue.pull_many(worker_id="w", limit=3)
+    Job.objects.filter(pk=stolen.pk).update(locked_until=timezone.now() - timedelta(seconds=1))
+    assert queue.tick_timeouts() == 1
+    assert queue.pull(worker_id="w").pk == stolen.pk  # same worker id, a newer claim token
+    assert queue.cancel(cancelled)
+
+    assert queue.extend_claims([mine, stolen, cancelled], worker_id="w") == {mine.pk}
+    assert queue.extend_claims([mine], worker_id="other") == set()
+
+
+def test_worker_rows_register_beat_prune_and_unregister(queue):
+    queue.register_worker("w-1", hostname="host", pid=42, queues=["a", "b"], concurrency=3)
+    queue.register_worker("w-1", hostname="host", pid=43, queues=[], concurrency=1)  # a restart
+    row = Worker.objects.get()
+    assert (row.worker_id, row.pid, row.queues, row.concurrency) == ("w-1", 43, [], 1)
+    assert abs((row.last_heartbeat - timezone.now()).total_seconds()) < 5
+
+    Worker.objects.update(last_heartbeat=timezone.now() - timedelta(minutes=10))
+    assert queue.worker_heartbeat("w-1")
+    assert queue.prune_workers(60) == 0
+    Worker.objects.update(last_heartbeat=timezone.now() - timedelta(minutes=10))
+    assert queue.prune_workers(60) == 1
+    assert not queue.worker_heartbeat("w-1")
+    assert not queue.unregister_worker("w-1")
+    queue.register_worker("w-2", hostname="host", pid=1, queues=[], concurrency=1)
+    assert queue.unregister_worker("w-2")
+    with pytest.raises(ValueError):
+        queue.register_worker("w-3", hostname="host", pid=1, queues=["no spaces"], concurrency=1)
+
+
+@pytest.fixture
+def listener(postgresql_only, transactional_db):
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        yield conn
+
+
+def received(conn) -> list[str]:
+    return sorted(notify.payload for notify in conn.notifies(timeout=0.3))
+
+
+def test_an_enqueue_notifies_each_queue_once_per_transaction_on_commit(queue, listener):
+    with transaction.atomic():
+        for _ in range(3):
+            queue.push("tests.noop", {}, queue="emails")
+        queue.push_many([("tests.noop", {}, {"queue": "emails"}), ("tests.noop", {}, {"queue": "sms"})])
+        assert received(listener) == [], "nothing before the commit"
+    assert received(listener) == ["emails", "sms"]
+
+
+def test_a_rolled_back_enqueue_notifies_nobody(queue, listener):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        queue.push("tests.noop", {}, queue="emails")
+        raise RuntimeError("roll back")
+    assert received(listener) == []
+
+
+def test_an_enqueue_that_inserts_nothing_notifies_nobody(queue, listener):
+    first = queue.push("tests.noop", {}, unique_key="k")
+    assert received(listener) == ["default"]
+    assert queue.push("tests.noop", {}, unique_key="k").pk == first.pk
+    assert received(listener) == []
