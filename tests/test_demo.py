@@ -1,0 +1,169 @@
+"""The README's first command, end to end: ``manage.py jobqueue_demo`` and its workers as real processes.
+
+The demo makes its own SQLite file; these tests read it back with the
+standard library's ``sqlite3`` and hold the printed summary to the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from testproject.demo import provider
+
+ROOT = Path(__file__).resolve().parent.parent
+USERS = 30  # one full block of the provider's script, so every kind of failure occurs
+SEED = 3
+MAX_ATTEMPTS = 4  # send_otp's
+
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "sqlite",
+    reason="the demo always runs on its own SQLite file, whatever DATABASE_URL says, "
+    "so the SQLite run already covers it",
+)
+
+
+def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "JOBQUEUE_DEMO_DATABASE"}
+    return subprocess.run(
+        [sys.executable, "manage.py", "jobqueue_demo", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
+    """One run of the demo, shared by the tests that read its output and its database."""
+    workdir = tmp_path_factory.mktemp("demo")
+    db = workdir / "demo.sqlite3"
+    summary_file = workdir / "summary.json"
+    args = ["--users", str(USERS), "--seed", str(SEED), "--db", str(db), "--summary-json", str(summary_file)]
+    result = run_demo(*args)
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result, db, json.loads(summary_file.read_text())
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        found = conn.execute(sql).fetchall()
+    conn.close()
+    return found
+
+
+def test_every_account_ends_with_its_code_or_a_dead_letter(demo):
+    _, db, summary = demo
+    accounts = {
+        str(pk): (phone, sent_at)
+        for pk, phone, sent_at in rows(db, "SELECT id, phone, otp_sent_at FROM demo_account")
+    }
+    dead = {
+        json.loads(payload)["account_id"]: (attempts, error)
+        for payload, attempts, error in rows(
+            db, "SELECT payload, attempts, error FROM django_jobqueue_deadletter WHERE queue = 'otp'"
+        )
+    }
+    sent = {pk for pk, (_, sent_at) in accounts.items() if sent_at is not None}
+
+    assert len(accounts) == USERS
+    assert sent.isdisjoint(dead)
+    assert sent | set(dead) == set(accounts)
+    assert rows(db, "SELECT COUNT(*) FROM django_jobqueue_job WHERE status IN ('ready', 'running')") == [(0,)]
+    done = rows(db, "SELECT COUNT(*) FROM django_jobqueue_job WHERE queue = 'otp' AND status = 'done'")
+    assert done == [(len(sent),)]
+
+    assert summary["registered"] == USERS
+    assert summary["sent"] == len(sent)
+    assert len(summary["dead_letters"]) == len(dead)
+    assert summary["jobs_left_live"] == 0
+    assert summary["consistent"] is True
+    assert summary["resend_new_jobs"] == 0
+
+
+def test_each_number_meets_the_fate_the_provider_scripted(demo):
+    _, db, summary = demo
+    attempts_of_done = {
+        json.loads(payload)["account_id"]: attempts
+        for payload, attempts in rows(
+            db, "SELECT payload, attempts FROM django_jobqueue_job WHERE status = 'done'"
+        )
+    }
+    dead = {
+        json.loads(payload)["account_id"]: (attempts, error)
+        for payload, attempts, error in rows(
+            db, "SELECT payload, attempts, error FROM django_jobqueue_deadletter"
+        )
+    }
+    kinds = set()
+    for pk, phone in rows(db, "SELECT id, phone FROM demo_account"):
+        script = provider.script_for(phone, SEED)
+        if script.not_on_whatsapp:
+            kinds.add("not on WhatsApp")
+            attempts, error = dead[str(pk)]
+            assert attempts == 1, phone
+            assert "number not on WhatsApp" in error
+        elif script.outage:
+            kinds.add("outage")
+            attempts, error = dead[str(pk)]
+            assert attempts == MAX_ATTEMPTS, phone
+            assert "HTTP 503" in error
+        else:
+            kinds.add(f"{script.temporary_failures} failures")
+            assert attempts_of_done[str(pk)] == script.temporary_failures + 1, phone
+    assert kinds == {"not on WhatsApp", "outage", "0 failures", "1 failures", "2 failures", "3 failures"}
+    assert summary["matches_script"] is True
+    assert summary["retried"] == sum(1 for a in attempts_of_done.values() if a > 1) + sum(
+        1 for a, _ in dead.values() if a > 1
+    )
+
+
+def test_the_crashed_sign_up_left_nothing_behind(demo):
+    _, db, summary = demo
+    phone = summary["rolled_back_phone"]
+    assert rows(db, f"SELECT COUNT(*) FROM demo_account WHERE phone = '{phone}'") == [(0,)]
+    account_ids = {str(pk) for (pk,) in rows(db, "SELECT id FROM demo_account")}
+    payload_ids = {
+        json.loads(p)["account_id"] for (p,) in rows(db, "SELECT payload FROM django_jobqueue_job")
+    }
+    assert payload_ids <= account_ids
+
+
+def test_the_printed_summary_reads_well_without_a_terminal(demo):
+    result, db, summary = demo
+    out = result.stdout
+    assert "\x1b[" not in out, "no colours or cursor movement when stdout is not a terminal"
+    for heading in ("Summary", "OTPs sent", "Dead-lettered", "Wall time", "What to look at next"):
+        assert heading in out
+    assert re.search(rf"OTPs sent\W+{summary['sent']}\b", out)
+    assert "number not on WhatsApp" in out
+    assert f"DATABASE_URL=sqlite:///{db}" in out  # whole, so that it can be copied
+    assert summary["wall_seconds"] < 60
+    assert (db.parent / "demo-logs" / "demo-worker-1.log").exists()
+
+
+def test_it_never_deletes_a_database_it_did_not_make(tmp_path):
+    db = tmp_path / "precious.sqlite3"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE precious (id INTEGER)")
+    conn.close()
+
+    result = run_demo("--users", "5", "--db", str(db))
+
+    assert result.returncode != 0
+    assert "was not made by this demo" in result.stderr
+    assert rows(db, "SELECT name FROM sqlite_master") == [("precious",)]
