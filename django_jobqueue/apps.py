@@ -9,3 +9,9 @@ class JobQueueConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .loader import load_job_modules
+
+        # Every process, not only workers, registers the @job functions, so that
+        # enqueue("name", ...) in a web process gets that job's @job defaults
+        # (queue, priority, max_attempts, visibility_timeout) too.
+        load_job_modules()

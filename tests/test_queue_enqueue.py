@@ -178,3 +178,10 @@ def test_enqueue_many_batch_queue_fills_items_whose_queue_is_none(queue):
         [("tests.noop", {}, {"queue": None}), ("tests.noop", {}, {"queue": "own"})], queue="b"
     )
     assert [m.queue for m in made] == ["b", "own"]
+
+
+def test_jobs_modules_are_loaded_at_start_so_enqueue_by_name_gets_job_defaults(queue):
+    # testproject/demo/jobs.py registers send_otp on queue "otp" with max_attempts=4;
+    # nothing in this process imported it but the app's start-up.
+    made = enqueue("send_otp", {"account_id": 1})
+    assert (made.queue, made.max_attempts) == ("otp", 4)

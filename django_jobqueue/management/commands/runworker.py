@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import jobqueue_settings
+from ...loader import load_job_modules
 from ...queue.validation import check_queue, check_worker_id
-from ...worker.loader import load_job_modules
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Import the modules whose ``@job`` functions a worker runs."""
+"""Import the modules whose ``@job`` functions fill the registry: at start, in every process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from importlib import import_module
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
 
-from ..conf import jobqueue_settings
+from .conf import jobqueue_settings
 
 logger = logging.getLogger(__name__)
 
