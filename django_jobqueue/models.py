@@ -45,6 +45,15 @@ class Job(models.Model):
     last_traceback = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The first and the latest claim of this job (a Task's started_at and last_attempted_at).
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    # Django's Tasks framework (backends.py): the TASKS alias a job was enqueued
+    # through, empty for @job jobs. Only a job marked so is resolved by its
+    # name, the task's module path; any other name goes through the registry.
+    task_backend = models.CharField(max_length=100, blank=True, default="", db_default="")
+    # A Task job's worker per counted attempt, oldest first (TaskResult.worker_ids).
+    worker_ids = models.JSONField(blank=True, default=list, db_default=[])
 
     class Meta:
         indexes = [
@@ -68,7 +77,21 @@ class Job(models.Model):
                 condition=Q(status__in=["done", "cancelled"]),
                 name="jobqueue_finished_idx",
             ),
-            models.Index(fields=["name"], name="jobqueue_name_idx"),
+            # The admin's job list is newest first; filtered by queue or by name it
+            # reads these backwards, and lists a filter's choices by skipping
+            # through them (one probe per distinct value, not a scan).
+            models.Index(fields=["queue", "id"], name="jobqueue_queue_id_idx"),
+            models.Index(fields=["name", "id"], name="jobqueue_name_id_idx"),
+            # The admin's cancelled jobs: few among millions of done ones, and
+            # only they pay for this index.
+            models.Index(fields=["id"], condition=Q(status="cancelled"), name="jobqueue_cancelled_idx"),
+            # The admin's search by unique key, finished jobs included (the
+            # unique constraint covers live jobs only).
+            models.Index(
+                fields=["unique_key"],
+                condition=Q(unique_key__isnull=False),
+                name="jobqueue_unique_key_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -103,16 +126,32 @@ class DeadLetter(models.Model):
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     failed_at = models.DateTimeField()
+    # Kept from the job, so that a dead Task still reads as one and a retry stays a Task.
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    task_backend = models.CharField(max_length=100, blank=True, default="", db_default="")
+    worker_ids = models.JSONField(blank=True, default=list, db_default=[])
 
     class Meta:
         indexes = [
             models.Index(fields=["failed_at"], name="jobqueue_dead_failed_idx"),
             models.Index(fields=["queue", "failed_at"], name="jobqueue_dead_queue_idx"),
             models.Index(fields=["name", "failed_at"], name="jobqueue_dead_name_idx"),
+            # A Task's result by id (backends.py) looks here once the job is dead.
+            models.Index(fields=["job_id"], name="jobqueue_dead_job_idx"),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} (job #{self.job_id}) failed"
+
+
+class QueueOverview(Job):
+    """Not a table of its own: the admin's queue overview page hangs off this proxy."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "queue overview"
+        verbose_name_plural = "queue overview"
 
 
 class Worker(models.Model):

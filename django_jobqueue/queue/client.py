@@ -12,9 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
+from django.db import transaction
 from django.db.models import QuerySet
 
 from .. import registry
+from ..conf import DEFAULTS as SETTING_DEFAULTS
 from ..conf import jobqueue_settings
 from ..models import DeadLetter, Job
 from . import ops
@@ -125,6 +127,45 @@ class QueueClient:
         keep = jobqueue_settings.KEEP_COMPLETED > 0
         result_json = encode_result(result) if keep else None
         return ops.complete(self.using, _fence(job, worker_id), result_json, keep)
+
+    def ack_many(self, acks: Sequence[tuple[Job, Any]], *, worker_id: str) -> set[tuple[int, int]]:
+        """Ack ``(job, result)`` pairs of claims ``pull`` returned, in one statement.
+
+        Return the ``(id, claim_token)`` of the claims acked. Each ack is fenced
+        by its own claim's token, exactly as ``ack`` given the ``Job``: a job
+        whose claim is no longer current is left unchanged and missing from the result.
+        """
+        keep = jobqueue_settings.KEEP_COMPLETED > 0
+        completions = [
+            (_as_id(job.pk), job.claim_token, encode_result(result) if keep else None) for job, result in acks
+        ]
+        if not completions:
+            return set()
+        return ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
+
+    def ack_and_claim(
+        self,
+        acks: Sequence[tuple[Job, Any]],
+        *,
+        worker_id: str,
+        queue_limits: Sequence[tuple[str, int]] | None,
+        limit: int,
+        visibility_timeout: Duration | None = None,
+    ) -> tuple[set[tuple[int, int]], list[Job]]:
+        """``ack_many(acks)`` then ``claim(...)`` (skipped when ``limit`` is 0), in one transaction.
+
+        A worker's round: one commit, and so one flush of the database's log,
+        both finishes a batch and claims the slots it frees. Return what each
+        returns. If either statement fails, neither is committed.
+        """
+        if not acks:
+            return set(), self.claim(worker_id, queue_limits, limit, visibility_timeout)
+        if limit <= 0:
+            return self.ack_many(acks, worker_id=worker_id), []
+        with transaction.atomic(using=self.using):
+            acked = self.ack_many(acks, worker_id=worker_id)
+            claimed = self.claim(worker_id, queue_limits, limit, visibility_timeout)
+        return acked, claimed
 
     def nack(
         self,
@@ -308,6 +349,8 @@ def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[s
         raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
     name = check_name(name)
     spec = registry.lookup(name)
+    # Read once: each read of jobqueue_settings goes through Django's lazy settings.
+    configured = {**SETTING_DEFAULTS, **jobqueue_settings.user_settings()}
 
     def option(key: str, setting: Any) -> Any:
         value = options.get(key)
@@ -321,12 +364,12 @@ def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[s
     unique_key = options.get("unique_key")
     return ops.NewJob(
         name=name,
-        queue=check_queue(option("queue", jobqueue_settings.DEFAULT_QUEUE)),
-        payload_json=encode_payload({} if payload is None else payload, jobqueue_settings.MAX_PAYLOAD_BYTES),
+        queue=check_queue(option("queue", configured["DEFAULT_QUEUE"])),
+        payload_json=encode_payload({} if payload is None else payload, configured["MAX_PAYLOAD_BYTES"]),
         priority=check_priority(option("priority", 0)),
-        max_attempts=check_max_attempts(option("max_attempts", jobqueue_settings.MAX_ATTEMPTS)),
+        max_attempts=check_max_attempts(option("max_attempts", configured["MAX_ATTEMPTS"])),
         visibility_timeout=to_seconds(
-            option("visibility_timeout", jobqueue_settings.VISIBILITY_TIMEOUT),
+            option("visibility_timeout", configured["VISIBILITY_TIMEOUT"]),
             "visibility_timeout",
             allow_zero=False,
         ),

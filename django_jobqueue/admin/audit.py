@@ -1,0 +1,60 @@
+"""The admin's log of what operators did: one ``LogEntry`` per job or dead letter changed.
+
+Entries are written in bulk, a batch at a time, so that an action over
+thousands of rows logs each one without holding them all in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import Model
+from django.http import HttpRequest
+
+from ..models import DeadLetter, Job, JobStatus
+from ..queue.ops import DeletedDeadLetter, JobChange, RetriedDeadLetter
+
+
+def log_job_changes(request: HttpRequest, changes: Sequence[JobChange], status: str, message: str) -> None:
+    """Log ``message`` against each job changed; ``status`` is the state it is in now."""
+    jobs = [Job(pk=c.job_id, name=c.name, queue=c.queue, status=status) for c in changes]
+    _log(request, CHANGE, [(job, message) for job in jobs])
+
+
+def log_retried(request: HttpRequest, retried: Sequence[RetriedDeadLetter]) -> None:
+    """Log each retried dead letter as the job it became, which links to that job's page."""
+    _log(
+        request,
+        ADDITION,
+        [
+            (
+                Job(pk=r.job_id, name=r.name, queue=r.queue, status=JobStatus.READY),
+                f"Retried from dead letter #{r.dead_letter_id} (it was job #{r.old_job_id}).",
+            )
+            for r in retried
+        ],
+    )
+
+
+def log_deleted(request: HttpRequest, deleted: Sequence[DeletedDeadLetter]) -> None:
+    letters = [DeadLetter(pk=d.dead_letter_id, job_id=d.old_job_id, name=d.name) for d in deleted]
+    _log(request, DELETION, [(letter, "") for letter in letters])
+
+
+def _log(request: HttpRequest, flag: int, entries: Sequence[tuple[Model, str]]) -> None:
+    LogEntry.objects.bulk_create(
+        [
+            LogEntry(
+                user_id=cast(int, request.user.pk),
+                content_type_id=ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
+                object_id=str(obj.pk),
+                object_repr=str(obj)[:200],
+                action_flag=flag,
+                change_message=message,
+            )
+            for obj, message in entries
+        ]
+    )

@@ -1,0 +1,175 @@
+"""What the queue's admin pages share: read-only detail pages, cheap lists, tolerant URLs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ERROR_FLAG, ORDER_VAR, PAGE_VAR, SEARCH_VAR
+from django.core.paginator import EmptyPage, Paginator
+from django.db.models import Model, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.http import urlencode
+from django.utils.text import capfirst
+
+from ..queue import QueueClient
+
+MAX_ID = 2**63 - 1
+# Rows per statement when an action runs over a whole filtered list.
+ACTION_BATCH = 500
+# Query-string keys every list understands, besides its filters' own.
+COMMON_PARAMS = frozenset({PAGE_VAR, SEARCH_VAR, ORDER_VAR, ERROR_FLAG, "_popup"})
+
+
+def parse_id(value: object) -> int | None:
+    """Return ``value`` as a row id, or None if it is not one (so that it never reaches SQL)."""
+    text = str(value).strip().removeprefix("#")
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    number = int(text)
+    return number if 0 < number <= MAX_ID else None
+
+
+class CappedPaginator(Paginator):
+    """Counts at most ``cap`` rows and pages through those.
+
+    ``COUNT(*)`` over a million jobs is the slow part of an admin list; nobody
+    reads page 200 of one either. A list longer than the cap says "more than
+    10,000" and invites a filter.
+    """
+
+    cap = 10_000
+    capped = False
+
+    @cached_property
+    def count(self) -> int:
+        objects = self.object_list
+        if isinstance(objects, QuerySet):
+            # No ORDER BY: any cap + 1 matching rows will do, found the cheapest way.
+            counted = objects.order_by()[: self.cap + 1].count()
+        else:
+            counted = len(objects)
+        self.capped = counted > self.cap
+        return min(counted, self.cap)
+
+    def validate_number(self, number: Any) -> int:
+        """Clamp a page number out of range to the first or last page, instead of failing."""
+        try:
+            return super().validate_number(number)
+        except EmptyPage:
+            return 1 if int(number) < 1 else self.num_pages
+
+
+def id_batches(queryset: QuerySet[Any], size: int | None = None) -> Iterator[list[int]]:
+    """Yield the ids of ``queryset`` in ascending batches, holding one batch at a time."""
+    ids = queryset.order_by("pk").values_list("pk", flat=True)
+    size = size or ACTION_BATCH
+    last = 0
+    while batch := list(ids.filter(pk__gt=last)[:size]):
+        yield batch
+        last = batch[-1]
+
+
+class OperatorAdmin(admin.ModelAdmin):
+    """A list an operator reads and acts on; rows change only through ``QueueClient``."""
+
+    paginator = CappedPaginator
+    show_full_result_count = False
+    # Facet counts are a COUNT per choice over the whole table.
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 50
+    # The query-string keys of this list's filters; any other key is dropped with a message.
+    filter_params: ClassVar[frozenset[str]] = frozenset()
+
+    def client(self) -> QueueClient:
+        return QueueClient()
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # The queue's database (JOBQUEUE["DATABASE"]), which need not be "default".
+        return super().get_queryset(request).using(self.client().using)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        # The detail page never saves a form (that would write the row with the
+        # ORM): it is read-only for everyone, and every change is an action or a
+        # button that calls QueueClient. Without an object this is the question
+        # "may this user run the change actions?".
+        if obj is not None:
+            return False
+        return super().has_change_permission(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        cleaned = self.clean_query_string(request)
+        if cleaned is not None:
+            return cleaned
+        # "Jobs", not Django's "Select job to change": nothing here is edited.
+        extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
+        return super().changelist_view(request, extra_context)
+
+    def clean_query_string(self, request: HttpRequest) -> HttpResponse | None:
+        """Redirect to the list without the query-string keys it does not know, with a message.
+
+        Django would otherwise filter by any model field named in the URL (a slow
+        scan, or a database error page for a malformed value).
+        """
+        known = COMMON_PARAMS | self.filter_params
+        dropped = sorted(
+            key
+            for key, values in request.GET.lists()
+            if key not in known or any("\x00" in value for value in values)
+        )
+        if not dropped:
+            return None
+        self.message_user(
+            request,
+            f"Ignored what this list cannot filter by: {', '.join(dropped)}.",
+            messages.WARNING,
+        )
+        kept = [
+            (key, value) for key in request.GET if key not in dropped for value in request.GET.getlist(key)
+        ]
+        return HttpResponseRedirect(f"{request.path}?{urlencode(kept)}" if kept else request.path)
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        # A forged selection must not reach SQL as a malformed id (a 500).
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+        if any(parse_id(value) is None for value in selected):
+            self.message_user(request, "A selected id was malformed; nothing was changed.", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_action(request, queryset, *args, **kwargs)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        return queryset.filter(self.search_filter(term)), False
+
+    def search_filter(self, term: str) -> Q:
+        """The rows a search term finds; each admin matches exactly, on indexed columns."""
+        raise NotImplementedError
+
+    def does_not_exist(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        """Say that ``object_id`` names no row, and go back to the list."""
+        self.message_user(
+            request,
+            f"{str(self.opts.verbose_name).capitalize()} with ID “{object_id[:40]}” doesn’t exist. "
+            "Perhaps it was deleted?",
+            messages.WARNING,
+        )
+        return HttpResponseRedirect(self.url("changelist"))
+
+    def url_name(self, view: str) -> str:
+        return f"{self.opts.app_label}_{self.opts.model_name}_{view}"
+
+    def url(self, view: str, *args: Any) -> str:
+        return reverse(f"admin:{self.url_name(view)}", args=args, current_app=self.admin_site.name)

@@ -1,0 +1,302 @@
+"""The dead letters: find why a job failed for good, then retry it or delete it.
+
+Retrying and deleting go through ``QueueClient`` in batches, so that a filtered
+list of thousands is handled without loading it into memory, and a dead letter
+retried twice (a double submit, two operators) still becomes one job.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import DeadLetter
+from ..queue.ops import RetriedDeadLetter
+from .audit import log_deleted, log_retried
+from .base import OperatorAdmin, parse_id
+from .display import pill, preformatted, pretty_payload, with_relative
+from .filters import FailedFilter, NameFilter, QueueFilter
+from .jobs import plural
+
+# A confirmation counts this far, then says "more than".
+CONFIRM_COUNT_CAP = 1_000_000
+SAMPLE_SIZE = 10
+
+
+class DeadLetterAdmin(OperatorAdmin):
+    list_display = (
+        "id",
+        "letter_name",
+        "letter_queue",
+        "original_job",
+        "attempts_of_max",
+        "error_summary",
+        "worker",
+        "failed",
+    )
+    list_display_links = ("id", "letter_name")
+    sortable_by = ("id",)
+    list_filter = (QueueFilter, NameFilter, FailedFilter)
+    filter_params = frozenset({"queue", "name", "failed"})
+    search_fields = ("name",)
+    search_help_text = "A dead letter's id, the failed job's id or a job name, exactly."
+    # Newest failure first: (failed_at), (queue, failed_at) or (name, failed_at) read backwards.
+    ordering = ("-failed_at",)
+    actions = ("retry", "delete_letters")
+    fieldsets = (
+        (None, {"fields": ("id", "name", "queue", "original_job", "priority", "attempts_of_max")}),
+        ("Failure", {"fields": ("failed_when", "worker_id", "enqueued", "visibility_timeout")}),
+        ("Payload", {"fields": ("payload_json",)}),
+        ("Error", {"fields": ("error_text",)}),
+        ("Traceback", {"fields": ("traceback_text",)}),
+    )
+    readonly_fields = tuple(flatten_fieldsets(fieldsets))
+
+    class Media:
+        css = {"all": ["django_jobqueue/admin.css"]}
+
+    def search_filter(self, term: str) -> Q:
+        found = Q(name=term)
+        number = parse_id(term)
+        return found | Q(pk=number) | Q(job_id=number) if number is not None else found
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        # Django's own would load every object to list them, then delete with the ORM.
+        actions.pop("delete_selected", None)
+        return actions
+
+    # -- columns and fields ----------------------------------------------------
+
+    @admin.display(description="name")
+    def letter_name(self, letter: DeadLetter) -> str:
+        return letter.name
+
+    @admin.display(description="queue")
+    def letter_queue(self, letter: DeadLetter) -> str:
+        return letter.queue
+
+    @admin.display(description="job")
+    def original_job(self, letter: DeadLetter) -> str:
+        return f"#{letter.job_id}"
+
+    @admin.display(description="attempts")
+    def attempts_of_max(self, letter: DeadLetter) -> str:
+        return f"{letter.attempts} / {letter.max_attempts}"
+
+    @admin.display(description="error")
+    def error_summary(self, letter: DeadLetter) -> SafeString:
+        first_line = (letter.error or "").strip().splitlines()[:1]
+        text = first_line[0] if first_line else "(no error message)"
+        if len(text) > 100:
+            text = text[:99] + "…"
+        return format_html('{} <span title="{}">{}</span>', pill("dead", "dead"), letter.error[:500], text)
+
+    @admin.display(description="worker")
+    def worker(self, letter: DeadLetter) -> str:
+        return letter.worker_id or "—"
+
+    @admin.display(description="failed at")
+    def failed(self, letter: DeadLetter) -> str:
+        return letter.failed_at.strftime("%Y-%m-%d %H:%M:%S")
+
+    @admin.display(description="failed at")
+    def failed_when(self, letter: DeadLetter) -> SafeString | str:
+        return with_relative(letter.failed_at)
+
+    @admin.display(description="first enqueued at")
+    def enqueued(self, letter: DeadLetter) -> SafeString | str:
+        return with_relative(letter.enqueued_at)
+
+    @admin.display(description="payload")
+    def payload_json(self, letter: DeadLetter) -> SafeString:
+        return pretty_payload(letter.payload)
+
+    @admin.display(description="error")
+    def error_text(self, letter: DeadLetter) -> SafeString:
+        return preformatted(letter.error)
+
+    @admin.display(description="traceback")
+    def traceback_text(self, letter: DeadLetter) -> SafeString:
+        return preformatted(letter.traceback)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
+        context["can_retry"] = obj is not None and self.has_change_permission(request)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        extra_context = {**(extra_context or {}), "can_retry": self.has_change_permission(request)}
+        return super().changelist_view(request, extra_context)
+
+    # -- deleting: Django's views and confirmation, QueueClient's statement -------
+
+    def delete_model(self, request: HttpRequest, obj: DeadLetter) -> None:
+        # Django's delete view has already written its LogEntry.
+        self.client().delete_dead_letters([obj.pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+        self.client().delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
+
+    # -- actions ---------------------------------------------------------------
+
+    @admin.action(description="Retry selected dead letters", permissions=["change"])
+    def retry(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+        self.retry_all(request, queryset)
+
+    @admin.action(description="Delete selected dead letters", permissions=["delete"])
+    def delete_letters(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> HttpResponse | None:
+        if request.POST.get("post") != "yes":
+            hidden = [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
+            hidden.append(("action", "delete_letters"))
+            hidden.append(("select_across", request.POST.get("select_across", "0")))
+            return self.confirm(
+                request,
+                queryset,
+                title="Delete dead letters",
+                question="Delete {}? Their payloads and tracebacks are gone for good.",
+                confirm_label="Yes, delete them",
+                danger=True,
+                hidden=hidden,
+                form_action=request.get_full_path(),
+            )
+        deleted = self.client().delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
+        self.message_user(request, f"Deleted {plural(deleted, 'dead letter')}.", messages.SUCCESS)
+        return None
+
+    def retry_all(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> int:
+        retried = self.client().retry_dead_letters(queryset, on_batch=partial(log_retried, request))
+        if retried:
+            self.message_user(
+                request,
+                f"Retried {plural(retried, 'dead letter')}: back on their queues as ready jobs.",
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(request, "No dead letter was retried: none is left.", messages.WARNING)
+        return retried
+
+    def confirm(
+        self, request: HttpRequest, queryset: QuerySet[DeadLetter], *, question: str, **context: Any
+    ) -> TemplateResponse:
+        counted = queryset.order_by()[: CONFIRM_COUNT_CAP + 1].count()
+        what = plural(min(counted, CONFIRM_COUNT_CAP), "dead letter")
+        if counted > CONFIRM_COUNT_CAP:
+            what = f"more than {what}"
+        return TemplateResponse(
+            request,
+            "admin/django_jobqueue/deadletter/confirm.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "question": question.format(what),
+                "count": counted,
+                "sample": list(queryset.order_by("-failed_at", "-pk")[:SAMPLE_SIZE]),
+                "query_string": f"?{request.GET.urlencode()}" if request.GET else "",
+                **context,
+            },
+        )
+
+    # -- views: retry one, retry all matching ------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("retry-matching/", view(self.retry_matching_view), name=self.url_name("retry_matching")),
+            path("<path:object_id>/retry/", view(self.retry_view), name=self.url_name("retry")),
+            *super().get_urls(),
+        ]
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        object_id = unquote(object_id)
+        letter_id = parse_id(object_id)
+        if letter_id is None:
+            return self.does_not_exist(request, object_id)
+        retried: list[RetriedDeadLetter] = []
+
+        def log(batch: list[RetriedDeadLetter]) -> None:
+            log_retried(request, batch)
+            retried.extend(batch)
+
+        self.client().retry_dead_letters([letter_id], on_batch=log)
+        if not retried:
+            self.message_user(
+                request,
+                f"Dead letter #{letter_id} is gone: it was already retried or deleted.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(self.url("changelist"))
+        job = retried[0]
+        self.message_user(
+            request,
+            f"Dead letter #{letter_id} is back on queue “{job.queue}” as job #{job.job_id}.",
+            messages.SUCCESS,
+        )
+        if request.user.has_perm("django_jobqueue.view_job") or request.user.has_perm(
+            "django_jobqueue.change_job"
+        ):
+            job_url = reverse(
+                "admin:django_jobqueue_job_change", args=[job.job_id], current_app=self.admin_site.name
+            )
+            return HttpResponseRedirect(job_url)
+        return HttpResponseRedirect(self.url("changelist"))
+
+    def retry_matching_view(self, request: HttpRequest) -> HttpResponse:
+        """Retry every dead letter the list shows with these filters and this search."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        cleaned = self.clean_query_string(request)
+        if cleaned is not None:
+            return cleaned
+        back = self.url("changelist") + (f"?{request.GET.urlencode()}" if request.GET else "")
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            self.message_user(request, "These filters cannot be applied.", messages.ERROR)
+            return HttpResponseRedirect(self.url("changelist"))
+        queryset = changelist.queryset
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            self.retry_all(request, queryset)
+            return HttpResponseRedirect(back)
+        conditions = [
+            f"{spec.title}: {choice['display']}"
+            for spec in changelist.filter_specs
+            for choice in spec.choices(changelist)
+            if choice["selected"] and choice["display"] != "All"
+        ]
+        if changelist.query:
+            conditions.append(f"search: “{changelist.query}”")
+        return self.confirm(
+            request,
+            queryset,
+            title="Retry all matching dead letters",
+            question="Retry {}? Each goes back on its queue as a ready job with its attempts reset.",
+            confirm_label="Yes, retry them",
+            danger=False,
+            conditions=conditions or ["no filter: every dead letter"],
+            hidden=[],
+            form_action=request.get_full_path(),
+        )

@@ -1,0 +1,287 @@
+"""The job list and a job's page: find a job, see why it is stuck, retry it now or cancel it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import LIVE_STATUSES, Job, JobStatus
+from ..queue.ops import JobChange
+from ..stats import format_age
+from .audit import log_job_changes
+from .base import OperatorAdmin, id_batches, parse_id
+from .display import pill, preformatted, pretty_json, pretty_payload, relative, with_relative
+from .filters import NameFilter, QueueFilter, StatusFilter
+
+RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
+
+
+class JobAdmin(OperatorAdmin):
+    list_display = (
+        "id",
+        "job_name",
+        "job_queue",
+        "job_status",
+        "job_priority",
+        "attempts_of_max",
+        "due",
+        "owner",
+        "age",
+    )
+    list_display_links = ("id", "job_name")
+    # Columns are methods, so that a crafted ?o= cannot sort a million rows by an unindexed column.
+    sortable_by = ("id",)
+    list_filter = (StatusFilter, QueueFilter, NameFilter)
+    filter_params = frozenset({"status", "queue", "name"})
+    # Shows the search box; search_filter() decides what a term matches.
+    search_fields = ("name",)
+    search_help_text = "A job id, a job name or a unique key, exactly."
+    # Newest first: the primary key read backwards, or (queue, id) / (name, id) when filtered.
+    ordering = ("-id",)
+    actions = ("retry_now", "cancel")
+    fieldsets = (
+        (
+            None,
+            {"fields": ("id", "name", "queue", "status_detail", "priority", "attempts_of_max", "unique_key")},
+        ),
+        ("Claim", {"fields": ("locked_by", "claim_deadline", "claim_token", "visibility_timeout")}),
+        ("Times", {"fields": ("enqueued", "runs_at", "finished")}),
+        ("Payload", {"fields": ("payload_json",)}),
+        ("Last error", {"fields": ("last_error_text", "last_traceback_text")}),
+        ("Result", {"fields": ("result_json",)}),
+    )
+    readonly_fields = tuple(flatten_fieldsets(fieldsets))
+
+    class Media:
+        css = {"all": ["django_jobqueue/admin.css"]}
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        # A job is cancelled, then pruned; it is never deleted by hand.
+        return False
+
+    def search_filter(self, term: str) -> Q:
+        found = Q(name=term) | Q(unique_key=term)
+        job_id = parse_id(term)
+        return found | Q(pk=job_id) if job_id is not None else found
+
+    # -- list columns --------------------------------------------------------
+
+    @admin.display(description="name")
+    def job_name(self, job: Job) -> str:
+        return job.name
+
+    @admin.display(description="queue")
+    def job_queue(self, job: Job) -> str:
+        return job.queue
+
+    @admin.display(description="status")
+    def job_status(self, job: Job) -> SafeString:
+        return status_pill(job)
+
+    @admin.display(description="priority")
+    def job_priority(self, job: Job) -> int:
+        return job.priority
+
+    @admin.display(description="attempts")
+    def attempts_of_max(self, job: Job) -> str:
+        return f"{job.attempts} / {job.max_attempts}"
+
+    @admin.display(description="run at")
+    def due(self, job: Job) -> SafeString | str:
+        if job.status != JobStatus.READY:
+            return "—"
+        return format_html('<span title="{}">{}</span>', job.run_at.isoformat(), relative(job.run_at))
+
+    @admin.display(description="owner")
+    def owner(self, job: Job) -> str:
+        if job.status != JobStatus.RUNNING:
+            return "—"
+        return job.locked_by or "—"
+
+    @admin.display(description="age")
+    def age(self, job: Job) -> str:
+        return format_age((timezone.now() - job.created_at).total_seconds())
+
+    # -- detail fields ---------------------------------------------------------
+
+    @admin.display(description="status")
+    def status_detail(self, job: Job) -> SafeString:
+        return format_html("{} {}", status_pill(job), status_hint(job))
+
+    @admin.display(description="claim deadline")
+    def claim_deadline(self, job: Job) -> SafeString | str:
+        return with_relative(job.locked_until) if job.status == JobStatus.RUNNING else "—"
+
+    @admin.display(description="enqueued at")
+    def enqueued(self, job: Job) -> SafeString | str:
+        return with_relative(job.created_at)
+
+    @admin.display(description="run at")
+    def runs_at(self, job: Job) -> SafeString | str:
+        return with_relative(job.run_at)
+
+    @admin.display(description="finished at")
+    def finished(self, job: Job) -> SafeString | str:
+        return with_relative(job.finished_at)
+
+    @admin.display(description="payload")
+    def payload_json(self, job: Job) -> SafeString:
+        return pretty_payload(job.payload)
+
+    @admin.display(description="error")
+    def last_error_text(self, job: Job) -> SafeString:
+        return preformatted(job.last_error)
+
+    @admin.display(description="traceback")
+    def last_traceback_text(self, job: Job) -> SafeString:
+        return preformatted(job.last_traceback)
+
+    @admin.display(description="result")
+    def result_json(self, job: Job) -> SafeString:
+        return pretty_json(job.result) if job.result is not None else preformatted("")
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
+        may_change = self.has_change_permission(request)
+        context["can_retry_now"] = may_change and obj is not None and obj.status in RETRYABLE
+        context["can_cancel"] = may_change and obj is not None and obj.status in LIVE_STATUSES
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # -- actions ---------------------------------------------------------------
+
+    @admin.action(description="Retry selected jobs now", permissions=["change"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        changed, chosen = self.run_in_batches(
+            request, queryset, self.client().retry_jobs_now, JobStatus.READY, "Retried now."
+        )
+        self.report(
+            request,
+            changed,
+            chosen,
+            "Retried {} now.",
+            "only ready and cancelled jobs can be retried, and not a cancelled one "
+            "whose unique key a live job holds",
+        )
+
+    @admin.action(description="Cancel selected jobs", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        changed, chosen = self.run_in_batches(
+            request, queryset, self.client().cancel_jobs, JobStatus.CANCELLED, "Cancelled."
+        )
+        self.report(request, changed, chosen, "Cancelled {}.", "they had already finished")
+
+    def run_in_batches(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        change: Callable[[Sequence[int]], list[JobChange]],
+        status: str,
+        message: str,
+    ) -> tuple[int, int]:
+        """Apply ``change`` to the jobs of ``queryset`` a batch at a time; return (changed, chosen)."""
+        changed = chosen = 0
+        for ids in id_batches(queryset):
+            chosen += len(ids)
+            changes = change(ids)
+            log_job_changes(request, changes, status, message)
+            changed += len(changes)
+        return changed, chosen
+
+    def report(self, request: HttpRequest, changed: int, chosen: int, done: str, why_not: str) -> None:
+        if changed:
+            self.message_user(request, done.format(plural(changed, "job")), messages.SUCCESS)
+        if chosen > changed:
+            left = chosen - changed
+            self.message_user(
+                request,
+                f"{plural(left, 'job')} left as {'it was' if left == 1 else 'they were'}: {why_not}.",
+                messages.WARNING,
+            )
+
+    # -- the buttons on a job's page --------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/retry-now/", view(self.retry_now_view), name=self.url_name("retry_now")),
+            path("<path:object_id>/cancel/", view(self.cancel_view), name=self.url_name("cancel")),
+            *super().get_urls(),
+        ]
+
+    def retry_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self.one_job(request, object_id, self.client().retry_jobs_now, JobStatus.READY, "Retried now.")
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self.one_job(request, object_id, self.client().cancel_jobs, JobStatus.CANCELLED, "Cancelled.")
+
+    def one_job(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        change: Callable[[Sequence[int]], list[JobChange]],
+        status: str,
+        message: str,
+    ) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        object_id = unquote(object_id)
+        job_id = parse_id(object_id)
+        if job_id is None:
+            return self.does_not_exist(request, object_id)
+        changes = change([job_id])
+        if changes:
+            log_job_changes(request, changes, status, message)
+            self.message_user(request, f"Job #{job_id}: {message}", messages.SUCCESS)
+        else:
+            job = Job.objects.using(self.client().using).filter(pk=job_id).first()
+            if job is None:
+                return self.does_not_exist(request, object_id)
+            self.message_user(
+                request, f"Job #{job_id} is {job.status}: it was left as it was.", messages.WARNING
+            )
+        return HttpResponseRedirect(self.url("change", job_id))
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def status_pill(job: Job) -> SafeString:
+    if job.status == JobStatus.READY and job.run_at > timezone.now():
+        return pill("scheduled", "scheduled")
+    return pill(job.status, job.status)
+
+
+def status_hint(job: Job) -> str:
+    """What the status means for this job now, read from the web server's clock."""
+    now = timezone.now()
+    if job.status == JobStatus.READY:
+        if job.run_at > now:
+            return f"waits until {relative(job.run_at)}" + (" (backoff)" if job.attempts else "")
+        return f"due for {format_age((now - job.run_at).total_seconds())}"
+    if job.status == JobStatus.RUNNING and job.locked_until is not None:
+        if job.locked_until < now:
+            return f"claim expired {relative(job.locked_until)}: the next tick hands it back"
+        return f"claimed by {job.locked_by}, deadline {relative(job.locked_until)}"
+    if job.finished_at is not None:
+        return f"finished {relative(job.finished_at)}"
+    return ""

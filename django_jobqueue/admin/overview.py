@@ -1,0 +1,181 @@
+"""The queue overview, the page an operator opens first, and the list of live workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from .. import stats
+from ..models import Worker
+from ..queue import QueueClient
+from .display import pill, with_relative
+
+# The chart's drawing box, in SVG units; the browser scales it to the page.
+CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
+REFRESH_CHOICES = (5, 10, 30, 60)
+
+
+@dataclass
+class Bar:
+    x: float
+    width: float
+    done_y: float
+    done_height: float
+    failed_y: float
+    failed_height: float
+    title: str
+
+
+def may_see_jobs(request: HttpRequest) -> bool:
+    user = request.user
+    return bool(
+        user.is_active
+        and user.is_staff
+        and (user.has_perm("django_jobqueue.view_job") or user.has_perm("django_jobqueue.change_job"))
+    )
+
+
+class QueueOverviewAdmin(admin.ModelAdmin):
+    """Serves the overview page at this proxy model's list URL; the proxy has no other page."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return may_see_jobs(request)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return may_see_jobs(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        figures = stats.overview(QueueClient().using)
+        widest = max((queue.backlog for queue in figures.queues), default=0)
+        refresh = request.GET.get("refresh", "")
+        return TemplateResponse(
+            request,
+            "admin/django_jobqueue/overview.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Queue overview",
+                "overview": figures,
+                "rows": [(queue, bar_widths(queue, widest)) for queue in figures.queues],
+                "chart": chart(figures.minutes),
+                "late_heartbeat": stats.LATE_HEARTBEAT,
+                "refresh": int(refresh) if refresh.isdigit() and int(refresh) in REFRESH_CHOICES else None,
+                "refresh_choices": REFRESH_CHOICES,
+                **(extra_context or {}),
+            },
+        )
+
+
+def bar_widths(queue: stats.QueueStats, widest: int) -> list[tuple[str, float, int]]:
+    """The queue's stacked bar: (kind, percent of the widest queue's backlog, count)."""
+    if not widest:
+        return []
+    parts = [
+        ("ready", queue.ready),
+        ("scheduled", queue.scheduled),
+        ("running", queue.running),
+        ("dead", queue.dead),
+    ]
+    return [(kind, round(100 * count / widest, 2), count) for kind, count in parts if count]
+
+
+def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
+    """Bars for jobs done (below) and dead-lettered (on top) in each minute of the last hour."""
+    if not minutes:
+        return {"bars": [], "peak": 0}
+    peak = max(minute.done + minute.failed for minute in minutes)
+    plot_height = CHART_HEIGHT - CHART_TOP - CHART_BOTTOM
+    step = CHART_WIDTH / len(minutes)
+    bars = []
+    for index, minute in enumerate(minutes):
+        scale = plot_height / peak if peak else 0
+        done_height = minute.done * scale
+        failed_height = minute.failed * scale
+        base = CHART_TOP + plot_height
+        bars.append(
+            Bar(
+                x=round(index * step + 1, 2),
+                width=round(step - 2, 2),
+                done_y=round(base - done_height, 2),
+                done_height=round(done_height, 2),
+                failed_y=round(base - done_height - failed_height, 2),
+                failed_height=round(failed_height, 2),
+                title=f"{minute.start:%H:%M}: {minute.done:,} done, {minute.failed:,} failed for good",
+            )
+        )
+    return {
+        "bars": bars,
+        "peak": peak,
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "top": CHART_TOP,
+        "baseline": CHART_HEIGHT - CHART_BOTTOM,
+        "label_y": CHART_HEIGHT - 5,
+        "total_done": sum(minute.done for minute in minutes),
+        "total_failed": sum(minute.failed for minute in minutes),
+    }
+
+
+class WorkerAdmin(admin.ModelAdmin):
+    """The registered ``runworker`` processes; read-only (the workers write these rows)."""
+
+    list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started_at", "heartbeat")
+    ordering = ("worker_id",)
+    show_facets = admin.ShowFacets.NEVER
+
+    class Media:
+        css = {"all": ["django_jobqueue/admin.css"]}
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        # The database's clock, read with the rows, to tell a late heartbeat.
+        queryset = super().get_queryset(request).using(QueueClient().using)
+        return queryset.annotate(database_now=Now())
+
+    @admin.display(description="queues")
+    def serves(self, worker: Worker) -> str:
+        return ", ".join(worker.queues) if worker.queues else "every queue"
+
+    @admin.display(description="last heartbeat")
+    def heartbeat(self, worker: Worker) -> SafeString:
+        shown = with_relative(worker.last_heartbeat)
+        now = getattr(worker, "database_now", None) or timezone.now()
+        if (now - worker.last_heartbeat).total_seconds() > stats.LATE_HEARTBEAT:
+            return format_html("{} {}", shown, pill("late", "late"))
+        return format_html("{}", shown)

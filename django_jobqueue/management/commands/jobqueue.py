@@ -1,0 +1,191 @@
+"""``manage.py jobqueue``: the queue from a shell, a script or a health check.
+
+    jobqueue status [--json]
+    jobqueue retry-dead (ID ... | --all) [--queue Q] [--name N]
+    jobqueue prune [--older-than SECONDS]
+    jobqueue tick
+
+Each subcommand parses its arguments and calls ``QueueClient`` or ``stats``;
+none runs SQL of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ... import stats
+from ...models import DeadLetter
+from ...queue import QueueClient
+from ...queue.ops import RetriedDeadLetter
+from ...queue.validation import check_name, check_queue
+
+STATUS_COLUMNS = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done (1 h)")
+WORKER_COLUMNS = ("worker", "host", "pid", "queues", "concurrency", "last heartbeat")
+
+
+def positive_id(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a dead letter id")
+    return int(text)
+
+
+def checked(check: Any) -> Any:
+    def parse(text: str) -> str:
+        try:
+            return str(check(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], numeric: set[int]) -> list[str]:
+    """Align ``rows`` under ``header``; columns in ``numeric`` to the right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [
+            cell.rjust(w) if i in numeric else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        return "  ".join(cells).rstrip()
+
+    return [line(header), *(line(row) for row in rows)]
+
+
+class Command(BaseCommand):
+    help = "Show the queue's state, retry dead letters, prune finished jobs, rescue expired claims."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        common = CommandParser(add_help=False)
+        common.add_argument(
+            "--database", default=None, help="The database alias (default: JOBQUEUE['DATABASE'])."
+        )
+        # Django's -v belongs to the command, before the subcommand; this one may
+        # follow it. Its own name, or a subparser's default would hide the other.
+        common.add_argument(
+            "-v",
+            "--verbosity",
+            dest="sub_verbosity",
+            type=int,
+            choices=[0, 1, 2, 3],
+            default=None,
+            help="1: the totals; 2: one line per dead letter retried.",
+        )
+        subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        status = subcommands.add_parser(
+            "status", parents=[common], help="Per queue: ready, scheduled, running, dead; live workers."
+        )
+        status.add_argument("--json", action="store_true", help="Print JSON, for scripts and health checks.")
+        retry = subcommands.add_parser(
+            "retry-dead", parents=[common], help="Put dead letters back on their queues."
+        )
+        retry.add_argument("ids", nargs="*", type=positive_id, metavar="ID", help="Dead letter ids.")
+        retry.add_argument(
+            "--all", action="store_true", help="Every dead letter (narrowed by --queue, --name)."
+        )
+        retry.add_argument("--queue", type=checked(check_queue), help="Only dead letters of this queue.")
+        retry.add_argument("--name", type=checked(check_name), help="Only dead letters of this job name.")
+        prune = subcommands.add_parser(
+            "prune", parents=[common], help="Delete done and cancelled jobs older than KEEP_COMPLETED."
+        )
+        prune.add_argument(
+            "--older-than", type=float, default=None, metavar="SECONDS", help="Instead of KEEP_COMPLETED."
+        )
+        subcommands.add_parser(
+            "tick", parents=[common], help="Hand expired claims back (or to the dead letters when spent)."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        given = options.get("sub_verbosity")
+        self.verbosity = int(options["verbosity"] if given is None else given)
+        client = QueueClient(options["database"])
+        subcommand = options["subcommand"]
+        if subcommand == "status":
+            self.status(client, as_json=options["json"])
+        elif subcommand == "retry-dead":
+            self.retry_dead(client, options["ids"], options["all"], options["queue"], options["name"])
+        elif subcommand == "prune":
+            try:
+                pruned = client.prune(options["older_than"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(f"Pruned {pruned:,} finished job(s).")
+        elif subcommand == "tick":
+            handled = client.tick_timeouts()
+            self.stdout.write(f"Handled {handled:,} expired claim(s).")
+
+    def status(self, client: QueueClient, *, as_json: bool) -> None:
+        overview = stats.overview(client.using, minutes=False)
+        if as_json:
+            self.stdout.write(json.dumps(overview.as_json(), indent=2))
+            return
+        rows = [
+            (
+                queue.queue,
+                f"{queue.ready:,}",
+                f"{queue.scheduled:,}",
+                f"{queue.running:,}",
+                f"{queue.dead:,}",
+                stats.format_age(queue.oldest_ready_age),
+                f"{queue.done_last_hour:,}",
+            )
+            for queue in [*overview.queues, overview.total]
+        ]
+        for line in table(STATUS_COLUMNS, rows, numeric={1, 2, 3, 4, 5, 6}):
+            self.stdout.write(line)
+        self.stdout.write("")
+        if not overview.workers:
+            self.stdout.write("No worker is running.")
+            return
+        self.stdout.write(f"{len(overview.workers)} worker(s):")
+        workers = [
+            (
+                worker.worker_id,
+                worker.hostname,
+                str(worker.pid),
+                ", ".join(worker.queues) or "every queue",
+                str(worker.concurrency),
+                f"{stats.format_age(worker.heartbeat_age)} ago" + (" (late)" if worker.late else ""),
+            )
+            for worker in overview.workers
+        ]
+        for line in table(WORKER_COLUMNS, workers, numeric={2, 4}):
+            self.stdout.write(f"  {line}")
+
+    def retry_dead(
+        self, client: QueueClient, ids: list[int], everything: bool, queue: str | None, name: str | None
+    ) -> None:
+        if bool(ids) == everything:
+            raise CommandError("Give dead letter ids, or --all (narrowed by --queue and --name), not both.")
+        chosen = DeadLetter.objects.using(client.using).all()
+        if ids:
+            chosen = chosen.filter(pk__in=ids)
+        if queue is not None:
+            chosen = chosen.filter(queue=queue)
+        if name is not None:
+            chosen = chosen.filter(name=name)
+        found: set[int] = set()
+
+        def report(batch: list[RetriedDeadLetter]) -> None:
+            for entry in batch:
+                found.add(entry.dead_letter_id)
+                if ids or self.verbosity > 1:
+                    self.stdout.write(
+                        f"dead letter #{entry.dead_letter_id} -> job #{entry.job_id} "
+                        f"({entry.name} on {entry.queue})"
+                    )
+
+        retried = client.retry_dead_letters(chosen, on_batch=report)
+        self.stdout.write(f"Retried {retried:,} dead letter(s).")
+        missing = sorted(set(ids) - found)
+        if missing:
+            raise CommandError(
+                "Not retried (gone, or not matching --queue / --name): "
+                + ", ".join(f"#{pk}" for pk in missing)
+            )

@@ -1,0 +1,281 @@
+"""Read-only figures about the queue: what the admin's overview and ``jobqueue status`` show.
+
+Every query here is served by an index, so that the figures stay cheap on a
+table of millions of jobs: ready jobs by the claim's partial index, running
+jobs by theirs, the last hour by the finished-jobs index, dead letters by their
+queue index. Ages are measured against the database's clock, like everything
+else in the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, models
+from django.db.models import Count, Min, Q
+from django.db.models.functions import TruncMinute
+from django.utils.dateparse import parse_datetime
+
+from .conf import jobqueue_settings
+from .models import DeadLetter, Job, JobStatus, Worker
+from .queue.dialects import dialect_for
+
+# A worker beats at least every 10 s; three missed beats and it is shown as late.
+# (Its row is deleted by the other workers' upkeep after 60 s of silence.)
+LATE_HEARTBEAT = 30.0
+THROUGHPUT_MINUTES = 60
+# A filter's choices stop here: a list longer than this is no use to a person.
+MAX_DISTINCT_VALUES = 200
+
+
+@dataclass
+class QueueStats:
+    """One queue's figures. ``oldest_ready_age``: seconds the job at the front has been due."""
+
+    queue: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    dead: int = 0
+    done_last_hour: int = 0
+    oldest_ready_age: float | None = None
+
+    @property
+    def backlog(self) -> int:
+        return self.ready + self.scheduled + self.running + self.dead
+
+    def add(self, other: QueueStats) -> None:
+        self.ready += other.ready
+        self.scheduled += other.scheduled
+        self.running += other.running
+        self.dead += other.dead
+        self.done_last_hour += other.done_last_hour
+        if other.oldest_ready_age is not None:
+            self.oldest_ready_age = max(self.oldest_ready_age or 0.0, other.oldest_ready_age)
+
+
+@dataclass
+class WorkerStats:
+    worker_id: str
+    hostname: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: datetime
+    last_heartbeat: datetime
+    heartbeat_age: float
+
+    @property
+    def late(self) -> bool:
+        return self.heartbeat_age > LATE_HEARTBEAT
+
+
+@dataclass
+class Minute:
+    """Jobs done and jobs that failed for good in the minute from ``start``."""
+
+    start: datetime
+    done: int = 0
+    failed: int = 0
+
+
+@dataclass
+class Overview:
+    now: datetime
+    queues: list[QueueStats]
+    total: QueueStats
+    workers: list[WorkerStats]
+    minutes: list[Minute] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: what ``jobqueue status --json`` prints."""
+
+        def queue(stats: QueueStats) -> dict[str, Any]:
+            figures = asdict(stats)
+            if stats.oldest_ready_age is not None:
+                figures["oldest_ready_age"] = round(stats.oldest_ready_age, 1)
+            return figures
+
+        return {
+            "database_time": self.now.isoformat(),
+            "queues": [queue(stats) for stats in self.queues],
+            "total": {key: value for key, value in queue(self.total).items() if key != "queue"},
+            "workers": [
+                {
+                    **asdict(worker),
+                    "heartbeat_age": round(worker.heartbeat_age, 1),
+                    "started_at": worker.started_at.isoformat(),
+                    "last_heartbeat": worker.last_heartbeat.isoformat(),
+                    "late": worker.late,
+                }
+                for worker in self.workers
+            ],
+        }
+
+
+def database_now(using: str) -> datetime:
+    """Return the database's clock, as an aware datetime under ``USE_TZ``."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        # An empty parameter list, so that SQLite's %% escapes are unfolded.
+        cursor.execute(f"SELECT {dialect_for(connection).now}", [])
+        value = cursor.fetchone()[0]
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"the database returned {value!r} for its clock")
+        value = parsed
+    if settings.USE_TZ and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # SQLite's clock is UTC
+    return value
+
+
+def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
+    """Collect every queue's figures, the live workers and (if ``minutes``) the last hour."""
+    using = using or jobqueue_settings.DATABASE
+    now = database_now(using)
+    queues: dict[str, QueueStats] = {}
+
+    def stats(name: str) -> QueueStats:
+        return queues.setdefault(name, QueueStats(name))
+
+    jobs = Job.objects.using(using).order_by()
+    ready = (
+        jobs.filter(status=JobStatus.READY)
+        .values("queue")
+        .annotate(
+            due=Count("pk", filter=Q(run_at__lte=now)),
+            later=Count("pk", filter=Q(run_at__gt=now)),
+            oldest=Min("run_at", filter=Q(run_at__lte=now)),
+        )
+    )
+    for row in ready:
+        entry = stats(row["queue"])
+        entry.ready, entry.scheduled = row["due"], row["later"]
+        if row["oldest"] is not None:
+            entry.oldest_ready_age = max(0.0, (now - row["oldest"]).total_seconds())
+    for name, count in _count_by_queue(jobs.filter(status=JobStatus.RUNNING)):
+        stats(name).running = count
+    hour_ago = now - timedelta(hours=1)
+    for name, count in _count_by_queue(jobs.filter(status=JobStatus.DONE, finished_at__gte=hour_ago)):
+        stats(name).done_last_hour = count
+    for name, count in _count_by_queue(DeadLetter.objects.using(using).order_by()):
+        stats(name).dead = count
+
+    ordered = [queues[name] for name in sorted(queues)]
+    total = QueueStats("total")
+    for entry in ordered:
+        total.add(entry)
+    return Overview(
+        now=now,
+        queues=ordered,
+        total=total,
+        workers=live_workers(using, now),
+        minutes=last_hour(using, now) if minutes else [],
+    )
+
+
+def _count_by_queue(queryset: models.QuerySet[Any]) -> list[tuple[str, int]]:
+    return [(row["queue"], row["count"]) for row in queryset.values("queue").annotate(count=Count("pk"))]
+
+
+def live_workers(using: str, now: datetime) -> list[WorkerStats]:
+    """The registered workers, by id, with the age of their last heartbeat."""
+    return [
+        WorkerStats(
+            worker_id=worker.worker_id,
+            hostname=worker.hostname,
+            pid=worker.pid,
+            queues=list(worker.queues or []),
+            concurrency=worker.concurrency,
+            started_at=worker.started_at,
+            last_heartbeat=worker.last_heartbeat,
+            heartbeat_age=max(0.0, (now - worker.last_heartbeat).total_seconds()),
+        )
+        for worker in Worker.objects.using(using).order_by("worker_id")
+    ]
+
+
+def last_hour(using: str, now: datetime) -> list[Minute]:
+    """Jobs done and dead-lettered in each of the last 60 minutes, oldest minute first.
+
+    Done jobs are counted while they are kept (``KEEP_COMPLETED``): with 0 they
+    are deleted on ack and the chart shows failures only.
+    """
+    current = now.replace(second=0, microsecond=0)
+    start = current - timedelta(minutes=THROUGHPUT_MINUTES - 1)
+    minutes = {
+        start + timedelta(minutes=i): Minute(start + timedelta(minutes=i)) for i in range(THROUGHPUT_MINUTES)
+    }
+    done = (
+        Job.objects.using(using)
+        .filter(status=JobStatus.DONE, finished_at__gte=start)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    for row in done:
+        if row["minute"] in minutes:
+            minutes[row["minute"]].done = row["count"]
+    failed = (
+        DeadLetter.objects.using(using)
+        .filter(failed_at__gte=start)
+        .annotate(minute=TruncMinute("failed_at"))
+        .values("minute")
+        .annotate(count=Count("pk"))
+        .order_by()
+    )
+    for row in failed:
+        if row["minute"] in minutes:
+            minutes[row["minute"]].failed = row["count"]
+    return list(minutes.values())
+
+
+def distinct_values(
+    model: type[models.Model], field_name: str, using: str, limit: int = MAX_DISTINCT_VALUES
+) -> list[str]:
+    """Return up to ``limit`` distinct values of a column, in order.
+
+    A skip scan: one index probe per value found (``MIN(col) WHERE col > previous``),
+    instead of the full scan that ``SELECT DISTINCT`` makes over a million rows.
+    The column needs an index that starts with it.
+    """
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    field = model._meta.get_field(field_name)
+    if not isinstance(field, models.Field):
+        raise TypeError(f"{field_name} is not a column of {model.__name__}")
+    table = quote(model._meta.db_table)
+    column = quote(str(field.column))
+    sql = (
+        "WITH RECURSIVE found(value, n) AS ("
+        f"SELECT MIN({column}), 1 FROM {table} "
+        "UNION ALL "
+        f"SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > found.value), found.n + 1 "
+        "FROM found WHERE found.value IS NOT NULL AND found.n < %s"
+        ") SELECT value FROM found WHERE value IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def format_age(seconds: float | None) -> str:
+    """``45 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``: a duration a person reads at a glance."""
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"

@@ -1,0 +1,260 @@
+"""The admin in a real browser (Debian's chromium, driven by Playwright) against a live server.
+
+One story end to end: log in, open the dead letters, open one, retry it, and
+see it back on its queue. A second test renders the main pages with realistic
+data and saves screenshots: to a temporary directory, or to the docs with
+``JOBQUEUE_SCREENSHOTS=docs/img``.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+from django_jobqueue import QueueClient
+from django_jobqueue.models import DeadLetter, Job, Worker
+
+# Playwright's sync API runs an event loop in this thread; the test's own ORM
+# calls are ordinary synchronous code all the same.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-gpu",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} is not installed (apt-get install chromium; .ci/run does)"
+)
+
+PASSWORD = "correct horse battery staple"
+# What a dead letter of the sign-up story carries, as the screenshots show it.
+APP_TRACEBACK = """Traceback (most recent call last):
+  File "/srv/app/django_jobqueue/worker/executor.py", line 64, in run
+    result = handler(**job.payload)
+  File "/srv/app/accounts/jobs.py", line 31, in send_otp
+    provider.send_code(user.phone, code)
+  File "/srv/app/sms/provider.py", line 88, in send_code
+    raise ProviderError(reply["error"])
+sms.provider.ProviderError: {message}
+"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    # The admin's navigation sidebar, folded away: the lists get the width.
+    context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def operator(queue: QueueClient, django_user_model: Any) -> Any:
+    return django_user_model.objects.create_superuser("operator", "ops@example.com", PASSWORD)
+
+
+def log_in(page: Any, base: str) -> None:
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{base}/admin/")
+
+
+class ProviderError(Exception):
+    pass
+
+
+def failure(message: str) -> tuple[str, str]:
+    """An error and its traceback, from an exception raised for real."""
+
+    def send_otp(user_id: str) -> None:
+        raise ProviderError(message)
+
+    try:
+        send_otp("42")
+    except ProviderError as exc:
+        return f"ProviderError: {exc}", "".join(traceback.format_exception(exc))
+    raise AssertionError("unreachable")
+
+
+def bury(
+    client: QueueClient, name: str, payload: dict[str, Any], queue: str, message: str, tb: str = ""
+) -> DeadLetter:
+    """A dead letter made the way a worker makes one: claim, then fail."""
+    job = client.push(name, payload, queue=queue)
+    Job.objects.filter(pk=job.pk).update(status="running", locked_by="web-2:4121", attempts=F("max_attempts"))
+    error, real_tb = failure(message)
+    tb = tb.format(message=message) if tb else real_tb
+    assert client.fail(job.pk, worker_id="web-2:4121", error=error, traceback=tb)
+    return DeadLetter.objects.get(job_id=job.pk)
+
+
+def test_retry_a_dead_letter_from_the_browser(page, live_server, queue, operator):
+    queue.push("send_welcome_email", {"user_id": "7"}, queue="emails")
+    letter = bury(
+        queue, "send_otp", {"user_id": "42", "phone": "+31612345678"}, "sms", "number not on WhatsApp"
+    )
+    log_in(page, live_server.url)
+
+    page.get_by_role("link", name="Dead letters").first.click()
+    page.wait_for_url("**/deadletter/")
+    row = page.locator("#result_list tbody tr", has_text="number not on WhatsApp")
+    assert row.count() == 1
+    row.get_by_role("link", name=str(letter.pk)).click()
+
+    page.wait_for_url(f"**/deadletter/{letter.pk}/change/")
+    assert page.get_by_text("ProviderError: number not on WhatsApp").first.is_visible()
+    assert page.locator("pre", has_text="Traceback (most recent call last)").is_visible()
+    page.get_by_role("button", name="Retry").click()
+
+    page.wait_for_url("**/job/*/change/")
+    job = Job.objects.get(name="send_otp")
+    assert page.url.endswith(f"/job/{job.pk}/change/")
+    assert page.locator(".messagelist").inner_text().strip() == (
+        f"Dead letter #{letter.pk} is back on queue “sms” as job #{job.pk}."
+    )
+    assert page.locator(".field-status_detail .jq-pill").inner_text() == "ready"
+
+    page.goto(f"{live_server.url}/admin/django_jobqueue/job/?queue=sms&status=due")
+    listed = page.locator("#result_list tbody tr")
+    assert listed.count() == 1 and str(job.pk) in listed.first.inner_text()
+    assert (job.status, job.queue, job.attempts, job.payload["phone"]) == ("ready", "sms", 0, "+31612345678")
+    assert not DeadLetter.objects.exists()
+
+
+# -- screenshots -------------------------------------------------------------------
+
+
+def seed_a_busy_afternoon(client: QueueClient) -> dict[str, int]:
+    """Five queues an hour into a sign-up rush: done, due, scheduled, running, dead, and workers."""
+    now = timezone.now()
+    names = {
+        "sms": "send_otp",
+        "emails": "send_welcome_email",
+        "webhooks": "deliver_webhook",
+        "reports": "build_report",
+        "default": "rebuild_search_index",
+    }
+    batch = []
+    for i in range(240):
+        queue_name = ["sms", "emails", "emails", "webhooks", "sms", "reports"][i % 6]
+        batch.append((names[queue_name], {"user_id": str(1000 + i)}, {"queue": queue_name}))
+    done_ids = [job.pk for job in client.push_many(batch)]
+    claimed = client.pull_many(worker_id="web-1:3187", limit=len(done_ids))
+    for job in claimed:
+        client.ack(job, worker_id="web-1:3187")
+    # Spread the finish times over the last hour, busier lately, for the chart.
+    for i, pk in enumerate(done_ids):
+        minutes_ago = (i * 37) % 60 if i % 3 else (i * 7) % 20
+        finished = now - timedelta(minutes=minutes_ago, seconds=i % 50)
+        Job.objects.filter(pk=pk).update(finished_at=finished, created_at=finished - timedelta(seconds=3))
+
+    for i in range(14):
+        client.push(
+            "send_otp", {"user_id": str(2000 + i)}, queue="sms", unique_key=f"otp:{2000 + i}", priority=10
+        )
+    for i in range(9):
+        client.push("send_welcome_email", {"user_id": str(3000 + i)}, queue="emails")
+    for i in range(4):
+        client.push("build_report", {"month": f"2024-{i + 1:02d}"}, queue="reports", delay=3600 * (i + 1))
+    client.push("rebuild_search_index", {}, queue="default", delay=900)
+    Job.objects.filter(status="ready", run_at__lte=timezone.now()).update(
+        run_at=now - timedelta(minutes=2, seconds=40)
+    )
+
+    # A job on its second attempt: the first timed out, a worker holds it now.
+    slow = client.push(
+        "deliver_webhook",
+        {"url": "https://partner.example/hooks/signup", "user_id": "4242"},
+        queue="webhooks",
+    )
+    first = client.pull("webhooks", worker_id="web-2:4121")
+    client.nack(
+        first, worker_id="web-2:4121", error="TimeoutError: partner.example did not answer in 10 s", delay=0
+    )
+    client.pull("webhooks", worker_id="web-1:3187", visibility_timeout=120)
+    for i in range(3):
+        client.push("send_otp", {"user_id": str(5000 + i)}, queue="sms")
+    client.pull_many("sms", worker_id="web-1:3187", limit=3)
+    cancelled = client.push("build_report", {"month": "2023-12"}, queue="reports")
+    client.cancel(cancelled)
+
+    letters = [
+        bury(
+            client,
+            "send_otp",
+            {"user_id": "42", "phone": "+31612345678"},
+            "sms",
+            "number not on WhatsApp",
+            APP_TRACEBACK,
+        ),
+        bury(client, "send_otp", {"user_id": "77", "phone": "+4915112345"}, "sms", "number not on WhatsApp"),
+        bury(
+            client,
+            "send_otp",
+            {"user_id": "91", "phone": "+33612345678"},
+            "sms",
+            "rate limited: 429 Too Many Requests",
+        ),
+        bury(client, "deliver_webhook", {"url": "https://old.example/hook"}, "webhooks", "410 Gone"),
+        bury(client, "send_welcome_email", {"user_id": "1203"}, "emails", "mailbox unavailable: 550 5.1.1"),
+    ]
+    for i, letter in enumerate(letters):
+        failed = now - timedelta(minutes=3 + 11 * i)
+        DeadLetter.objects.filter(pk=letter.pk).update(
+            failed_at=failed, enqueued_at=failed - timedelta(minutes=31)
+        )
+
+    client.register_worker("web-1:3187", hostname="web-1", pid=3187, queues=[], concurrency=8)
+    client.register_worker("web-2:4121", hostname="web-2", pid=4121, queues=["sms", "emails"], concurrency=4)
+    client.register_worker("batch-1:902", hostname="batch-1", pid=902, queues=["reports"], concurrency=1)
+    Worker.objects.filter(worker_id="batch-1:902").update(last_heartbeat=now - timedelta(seconds=48))
+    return {"slow_job": slow.pk, "dead_letter": letters[0].pk}
+
+
+def test_screenshots_of_the_main_pages(page, live_server, queue, operator, tmp_path):
+    ids = seed_a_busy_afternoon(queue)
+    target = Path(os.environ.get("JOBQUEUE_SCREENSHOTS") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    log_in(page, live_server.url)
+    admin = f"{live_server.url}/admin/django_jobqueue"
+    shots = {
+        "admin-overview.png": f"{admin}/queueoverview/",
+        "admin-jobs.png": f"{admin}/job/",
+        "admin-job.png": f"{admin}/job/{ids['slow_job']}/change/",
+        "admin-dead-letters.png": f"{admin}/deadletter/",
+        "admin-dead-letter.png": f"{admin}/deadletter/{ids['dead_letter']}/change/",
+    }
+    for filename, url in shots.items():
+        response = page.goto(url)
+        assert response is not None and response.status == 200, url
+        # A list is shown as a person first sees it; a page whole.
+        page.screenshot(
+            path=str(target / filename), full_page="-jobs" not in filename and "letters" not in filename
+        )
+        assert (target / filename).stat().st_size > 10_000, filename

@@ -1,0 +1,207 @@
+"""``manage.py jobqueue``: status (table and JSON), retry-dead, prune and tick."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+
+from django_jobqueue import QueueClient
+from django_jobqueue.models import DeadLetter, Job
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("jobqueue", *args, stdout=out)
+    return out.getvalue()
+
+
+def make_dead(client: QueueClient, /, name: str = "tests.send_otp", **options: Any) -> DeadLetter:
+    job = client.push(name, {"user_id": "42"}, **options)
+    Job.objects.filter(pk=job.pk).update(status="running", locked_by="w", attempts=1)
+    assert client.fail(job.pk, worker_id="w", error="number not on WhatsApp")
+    return DeadLetter.objects.get(job_id=job.pk)
+
+
+@pytest.fixture
+def busy(queue: QueueClient) -> None:
+    """Two queues with work in each state, and a worker."""
+    queue.push("tests.send_otp", {}, queue="emails")
+    queue.push("tests.send_otp", {}, queue="emails", delay=600)
+    queue.push("tests.build_report", {}, queue="reports")
+    done = queue.push("tests.send_otp", {}, queue="emails", priority=10)
+    claimed = queue.pull("emails", worker_id="w")
+    assert claimed is not None and claimed.pk == done.pk
+    queue.ack(claimed, worker_id="w")
+    queue.pull("reports", worker_id="w")
+    make_dead(queue, queue="emails")
+    Job.objects.filter(status="ready", queue="emails", run_at__lte=timezone.now()).update(
+        run_at=timezone.now() - timedelta(minutes=12)
+    )
+    queue.register_worker("web-1:77", hostname="web-1", pid=77, queues=["emails"], concurrency=4)
+
+
+def test_status_prints_a_table(busy):
+    lines = run("status").splitlines()
+    assert lines[0].split() == [
+        "queue",
+        "ready",
+        "scheduled",
+        "running",
+        "dead",
+        "oldest",
+        "ready",
+        "done",
+        "(1",
+        "h)",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[1:4]}
+    assert rows["emails"][:5] == ["emails", "1", "1", "0", "1"]
+    assert rows["emails"][5:] == ["12", "min", "1"]
+    assert rows["reports"] == ["reports", "0", "0", "1", "0", "—", "0"]
+    assert rows["total"] == ["total", "1", "1", "1", "1", "12", "min", "1"]
+    assert "1 worker(s):" in lines
+    assert any(line.split()[:3] == ["web-1:77", "web-1", "77"] for line in lines)
+
+
+def test_status_json_for_scripts(busy):
+    status = json.loads(run("status", "--json"))
+    emails = next(q for q in status["queues"] if q["queue"] == "emails")
+    assert {k: emails[k] for k in ("ready", "scheduled", "running", "dead", "done_last_hour")} == {
+        "ready": 1,
+        "scheduled": 1,
+        "running": 0,
+        "dead": 1,
+        "done_last_hour": 1,
+    }
+    assert 700 < emails["oldest_ready_age"] < 800
+    assert status["total"]["running"] == 1
+    assert status["workers"][0]["worker_id"] == "web-1:77" and status["workers"][0]["late"] is False
+    assert status["database_time"]
+
+
+def test_status_of_an_empty_queue(queue):
+    out = run("status")
+    assert out.splitlines()[1].split()[0] == "total" and "No worker is running." in out
+    assert json.loads(run("status", "--json"))["queues"] == []
+
+
+def test_retry_dead_by_id(queue):
+    first, second = make_dead(queue), make_dead(queue, queue="sms")
+    out = run("retry-dead", str(first.pk), str(second.pk))
+    assert "Retried 2 dead letter(s)." in out
+    assert f"dead letter #{first.pk} -> job #" in out
+    assert not DeadLetter.objects.exists()
+    assert sorted(Job.objects.values_list("queue", "attempts")) == [("default", 0), ("sms", 0)]
+
+
+def test_retry_dead_all_narrowed_by_queue_and_name(queue):
+    for _ in range(3):
+        make_dead(queue, queue="emails")
+    make_dead(queue, "tests.build_report", queue="emails")
+    kept = make_dead(queue, queue="sms")
+    assert "Retried 3 dead letter(s)." in run(
+        "retry-dead", "--all", "--queue", "emails", "--name", "tests.send_otp"
+    )
+    assert "Retried 1 dead letter(s)." in run("retry-dead", "--all", "--queue", "emails")
+    assert list(DeadLetter.objects.all()) == [kept]
+    out = run("retry-dead", "--all", "-v", "2")
+    assert f"dead letter #{kept.pk} -> job #" in out and "Retried 1 dead letter(s)." in out
+    assert run("retry-dead", "--all") == "Retried 0 dead letter(s).\n"
+
+
+def test_retry_dead_reports_ids_it_did_not_retry(queue):
+    letter = make_dead(queue, queue="emails")
+    with pytest.raises(CommandError, match=r"Not retried .*: #999999"):
+        run("retry-dead", str(letter.pk), "999999")
+    assert Job.objects.count() == 1, "the ids found were retried"
+    other = make_dead(queue, queue="emails")
+    with pytest.raises(CommandError, match=f"#{other.pk}"):
+        run("retry-dead", str(other.pk), "--queue", "sms")
+    assert DeadLetter.objects.filter(pk=other.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("retry-dead",),
+        ("retry-dead", "1", "--all"),
+        ("retry-dead", "abc"),
+        ("retry-dead", "0"),
+        ("retry-dead", "--all", "--queue", "no spaces"),
+        ("status", "--bogus"),
+        ("unknown",),
+        (),
+    ],
+)
+def test_bad_arguments_are_refused(queue, args):
+    make_dead(queue)
+    with pytest.raises(CommandError):
+        run(*args)
+    assert DeadLetter.objects.count() == 1
+
+
+def test_prune_deletes_finished_jobs_older_than_kept(queue):
+    old = queue.push("a", {})
+    queue.push("b", {})
+    for _ in range(2):
+        claimed = queue.pull(worker_id="w")
+        queue.ack(claimed, worker_id="w")
+    Job.objects.filter(pk=old.pk).update(finished_at=timezone.now() - timedelta(days=2))
+    assert "Pruned 1 finished job(s)." in run("prune")
+    assert "Pruned 1 finished job(s)." in run("prune", "--older-than", "0")
+    assert not Job.objects.exists()
+    with pytest.raises(CommandError):
+        run("prune", "--older-than", "-5")
+
+
+def test_tick_hands_expired_claims_back(queue):
+    queue.push("a", {})
+    queue.pull(worker_id="w")
+    Job.objects.update(locked_until=timezone.now() - timedelta(seconds=5))
+    assert "Handled 1 expired claim(s)." in run("tick")
+    assert Job.objects.get().status == "ready"
+    assert "Handled 0 expired claim(s)." in run("tick")
+
+
+def test_the_command_runs_from_a_shell(queue, busy):
+    """As a health check would run it: a process, its exit code and its JSON."""
+    env = {"DJANGO_SETTINGS_MODULE": "testproject.settings", "PATH": "/usr/bin:/bin"}
+    if connection.vendor == "postgresql":
+        settings = connection.settings_dict
+        env["DATABASE_URL"] = (
+            f"postgres://{settings['USER']}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/"
+            f"{settings['NAME']}"
+        )
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "jobqueue", "status", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {q["queue"] for q in json.loads(done.stdout)["queues"]} == {"emails", "reports"}
+    bad = subprocess.run(
+        [sys.executable, "manage.py", "jobqueue", "retry-dead"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and "--all" in bad.stderr

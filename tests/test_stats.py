@@ -1,0 +1,54 @@
+"""The read-only figures behind the overview and ``jobqueue status``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_jobqueue import stats
+from django_jobqueue.models import DeadLetter, Job
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "—"),
+        (-3, "0 s"),
+        (0.4, "0 s"),
+        (59.4, "59 s"),
+        (60, "1 min"),
+        (3599, "59 min"),
+        (3600, "1 h"),
+        (3 * 3600 + 5 * 60, "3 h 5 min"),
+        (86400, "1 d"),
+        (2 * 86400 + 4 * 3600 + 59, "2 d 4 h"),
+    ],
+)
+def test_format_age(seconds, shown):
+    assert stats.format_age(seconds) == shown
+
+
+def test_distinct_values_skip_through_an_index(queue):
+    for name in ["c", "a", "b", "a", "c"]:
+        queue.push(f"job.{name}", {}, queue=f"q-{name}")
+    assert stats.distinct_values(Job, "queue", "default") == ["q-a", "q-b", "q-c"]
+    assert stats.distinct_values(Job, "name", "default", limit=2) == ["job.a", "job.b"]
+    assert stats.distinct_values(DeadLetter, "queue", "default") == []
+
+
+def test_the_last_hour_counts_each_minute_by_the_database_clock(queue):
+    for _ in range(3):
+        queue.push("tests.noop", {})
+    for job in queue.pull_many(worker_id="w", limit=3):
+        queue.ack(job, worker_id="w")
+    now = stats.database_now("default")
+    Job.objects.filter(pk=Job.objects.order_by("pk").first().pk).update(
+        finished_at=now - timedelta(minutes=30)
+    )
+    minutes = stats.last_hour("default", now)
+    assert len(minutes) == 60 and minutes[-1].start <= now < minutes[-1].start + timedelta(minutes=1)
+    assert [m.done for m in minutes if m.done] == [1, 2]
+    assert minutes[29].done == 1, "thirty minutes ago is the thirtieth bar"
+    assert abs((now - timezone.now()).total_seconds()) < 5
