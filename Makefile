@@ -5,13 +5,36 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PG_URL ?= postgres://postgres@127.0.0.1:5432/jobqueue
+# Django 6 needs Python >= 3.12: the first pyenv one found. Where there is one,
+# `make test` also runs the suite on Django 6, in a venv of its own.
+PYTHON_DJ6 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python $(HOME)/.pyenv/versions/3.13*/bin/python))
+VENV_DJ6 := .venv-dj6
+BIN_DJ6 := $(VENV_DJ6)/bin
+# Databases of their own, so that the Django 6 suites may run next to the others.
+PG_URL_DJ6 ?= $(PG_URL)_dj6
+SQLITE_TEST_FILE_DJ6 ?= $(if $(SQLITE_TEST_FILE),$(SQLITE_TEST_FILE).dj6,$(CURDIR)/var/test-dj6.sqlite3)
+# `make test` runs the suites one after the other: the fault and worker tests
+# time real processes, and two cores shared by two suites make them noisy.
+# TEST_JOBS=2 runs the SQLite and PostgreSQL suites side by side. Two PostgreSQL
+# suites never run at once: their workers together would pass max_connections.
+TEST_JOBS ?= 1
+SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite)
+POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres)
 
-.PHONY: demo test test-sqlite test-postgres lint bench clean
+.PHONY: demo test test-sqlite test-postgres test-dj6-sqlite test-dj6-postgres tests-sqlite tests-postgres
+.PHONY: lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+$(BIN_DJ6)/.installed: pyproject.toml
+	$(if $(PYTHON_DJ6),,$(error Django 6 needs Python 3.12 or later: set PYTHON_DJ6))
+	$(PYTHON_DJ6) -m venv $(VENV_DJ6)
+	$(BIN_DJ6)/pip install --quiet --upgrade pip
+	$(BIN_DJ6)/pip install --quiet -e '.[dev]' 'Django>=6.0,<6.2'
 	touch $@
 
 demo: $(BIN)/.installed
@@ -29,10 +52,22 @@ test-sqlite: $(BIN)/.installed
 test-postgres: $(BIN)/.installed
 	DATABASE_URL=$(PG_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint test-sqlite test-postgres
+test-dj6-sqlite: $(BIN_DJ6)/.installed
+	env -u DATABASE_URL SQLITE_TEST_FILE=$(SQLITE_TEST_FILE_DJ6) $(BIN_DJ6)/pytest $(PYTEST_ARGS)
+
+test-dj6-postgres: $(BIN_DJ6)/.installed
+	DATABASE_URL=$(PG_URL_DJ6) $(BIN_DJ6)/pytest $(PYTEST_ARGS)
+
+# One suite after the other, each run even if one before it failed.
+tests-sqlite tests-postgres:
+	status=0; for suite in $(if $(findstring sqlite,$@),$(SQLITE_SUITES),$(POSTGRES_SUITES)); do \
+	  $(MAKE) --no-print-directory $$suite || status=1; done; exit $$status
+
+test: lint
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target tests-sqlite tests-postgres
 
 bench: $(BIN)/.installed
 	DATABASE_URL=$(PG_URL) $(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) $(VENV_DJ6) var

@@ -5,6 +5,7 @@ database: a SQLite file by default, or PostgreSQL, for example
 ``postgres://postgres@127.0.0.1:5432/jobqueue``.
 """
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import environ
@@ -92,6 +93,17 @@ JOBQUEUE = {
     "MAX_ATTEMPTS": env.int("JOBQUEUE_MAX_ATTEMPTS", default=5),
     "BACKOFF_BASE": env.float("JOBQUEUE_BACKOFF_BASE", default=1.0),
     "BACKOFF_MAX": env.float("JOBQUEUE_BACKOFF_MAX", default=3600.0),
+}
+
+# Django's Tasks framework runs on the queue: django.tasks on Django 6, the
+# django-tasks backport (an app of its own, for its checks) on Django 5.2.
+if find_spec("django.tasks") is None and find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobqueue.backends.JobQueueBackend",
+        "QUEUES": ["default", "tasks", "tasks-urgent"],
+    }
 }
 
 LOGGING = {

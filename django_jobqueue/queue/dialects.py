@@ -19,6 +19,17 @@ class Dialect:
     # FOR UPDATE SKIP LOCKED where the database has it; SQLite serialises writers.
     skip_locked: str
     _now_plus: str
+    # Append to / drop the last item of a JSON array column (a Task job's worker_ids).
+    _json_push: str = ""
+    _json_pop: str = ""
+
+    def json_push(self, column: str, value_sql: str) -> str:
+        """SQL for the JSON array ``column`` with the string ``value_sql`` appended."""
+        return self._json_push.format(column=column, value=value_sql)
+
+    def json_pop(self, column: str) -> str:
+        """SQL for the JSON array ``column`` less its last item."""
+        return self._json_pop.format(column=column)
 
     def now_plus(self, seconds_sql: str) -> str:
         """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""
@@ -33,6 +44,8 @@ POSTGRESQL = Dialect(
     now="now()",
     skip_locked="FOR UPDATE SKIP LOCKED",
     _now_plus="(now() + ({seconds}) * interval '1 second')",
+    _json_push="({column} || jsonb_build_array(({value})::text))",
+    _json_pop="({column} - (-1))",
 )
 
 SQLITE = Dialect(
@@ -40,6 +53,8 @@ SQLITE = Dialect(
     now="(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '000')",
     skip_locked="",
     _now_plus=("(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('%%.6f seconds', {seconds})) || '000')"),
+    _json_push="json_insert({column}, '$[#]', {value})",
+    _json_pop="json_remove({column}, '$[#-1]')",
 )
 
 

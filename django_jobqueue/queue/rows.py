@@ -41,6 +41,11 @@ def _to_datetime(value: Any) -> datetime | None:
     return value
 
 
+def datetime_from_db(value: Any) -> datetime | None:
+    """A datetime column's value as a raw statement returns it, as the ORM would return it."""
+    return _to_datetime(value)
+
+
 def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
     if isinstance(field, models.JSONField):
         return _to_json
@@ -68,3 +73,29 @@ def jobs_from_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job]:
 def claim_order(job: Job) -> tuple[int, datetime, int]:
     """The order ``pull`` hands jobs out in: priority, then oldest run_at, then id."""
     return (-job.priority, job.run_at, job.pk)
+
+
+def _default_maker(field: models.Field[Any, Any]) -> Callable[[], Any] | None:
+    """A field's default as a fresh value per job, for a mutable default such as ``list``."""
+    return field.get_default if field.has_default() and callable(field.default) else None
+
+
+# A new job's values before the insert fills in its own: every field at its default.
+_NEW_JOB_TEMPLATE = [field.get_default() for field in JOB_FIELDS]
+_NEW_JOB_FRESH = [(index, make) for index, f in enumerate(JOB_FIELDS) if (make := _default_maker(f))]
+_ATTNAME_INDEX = {attname: index for index, attname in enumerate(_JOB_ATTNAMES)}
+
+
+def job_from_values(using: str, values: dict[str, Any]) -> Job:
+    """Build the ``Job`` of a row just inserted from what the insert wrote (``values``, by attname).
+
+    Cheaper than reading every column back: an enqueue of many jobs returns
+    only what the database chose (id, times) and fills in the rest. Fields not
+    in ``values`` hold their model default, which is what the insert wrote.
+    """
+    row = _NEW_JOB_TEMPLATE.copy()
+    for index, make in _NEW_JOB_FRESH:
+        row[index] = make()
+    for attname, value in values.items():
+        row[_ATTNAME_INDEX[attname]] = value
+    return Job.from_db(using, _JOB_ATTNAMES, row)

@@ -207,8 +207,11 @@ def _fresh_database(db_path: Path) -> None:
     if db_path.exists() and db_path.stat().st_size > 0:
         with sqlite3.connect(db_path) as old:
             (application_id,) = old.execute("PRAGMA application_id").fetchone()
+            (tables,) = old.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         old.close()
-        if application_id != APPLICATION_ID:
+        # Django 6's system checks open the database before this runs, which leaves
+        # an empty file (a WAL header, no tables): nothing in it to lose.
+        if application_id != APPLICATION_ID and tables:
             raise CommandError(f"{db_path} exists and was not made by this demo; choose another --db")
     db_path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm", "-journal"):
