@@ -23,6 +23,12 @@ raised anything else                            ``nack()`` with backoff     ``re
 - a return value JSON cannot carry: nacked with a ``JobPayloadError`` naming
   the value, so the mistake shows up the same whether results are kept or not.
 
+A job of Django's Tasks framework (marked by the backend, see ``tasks.py``)
+goes through the same table. Its task is found by its module path rather than
+the registry, and a path that leads to anything but a ``Task`` is refused with
+``Fail`` before anything is called; a missing module is nacked like an unknown
+name.
+
 A nack is ``retry`` while attempts remain and ``dead`` on the last one. If the
 claim was lost meanwhile (expired and re-claimed, or the job cancelled), the
 queue refuses the write and the outcome is ``lost``. If the write itself fails
@@ -44,19 +50,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from .. import registry
 from ..exceptions import Fail, Retry, UnknownJobError
 from ..models import Job
 from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
+from .completer import Completer
 from .context import JobContext
 from .outage import DATABASE_ERRORS, close_connection
 
 logger = logging.getLogger(__name__)
 
 ACK, NACK, FAIL = "ack", "nack", "fail"
+# Characters of an error's first line in its log line; a message may be megabytes long.
+LOGGED_ERROR_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -70,40 +79,88 @@ class Verdict:
     delay: Any = None
 
 
-def verdict_for(exc: BaseException) -> Verdict:
-    """The outcome table's rows for a job that raised ``exc``."""
+def verdict_for(exc: BaseException, *, qualified: bool = False) -> Verdict:
+    """The outcome table's rows for a job that raised ``exc``.
+
+    ``qualified`` names the exception with its module, as a traceback does (a
+    Django Task's ``TaskError`` needs the class's path).
+    """
     trace = "".join(traceback.format_exception(exc))
     if isinstance(exc, Retry):
         try:
             delay = None if exc.delay is None else to_seconds(exc.delay, "Retry's delay")
         except ValueError as bad_delay:
             return Verdict(NACK, error=f"Retry with a bad delay, backoff used instead: {bad_delay}")
-        return Verdict(NACK, error=f"Retry: {exc}", traceback=trace, delay=delay)
+        return Verdict(NACK, error=f"Retry: {message_of(exc)}", traceback=trace, delay=delay)
     if isinstance(exc, Fail):
-        return Verdict(FAIL, error=f"Fail: {exc}", traceback=trace)
-    return Verdict(NACK, error=f"{type(exc).__name__}: {exc}", traceback=trace)
+        return Verdict(FAIL, error=f"Fail: {message_of(exc)}", traceback=trace)
+    return Verdict(NACK, error=f"{_exception_name(exc, qualified)}: {message_of(exc)}", traceback=trace)
+
+
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder if the exception's own ``__str__`` raises.
+
+    Raised here, that error would end the slot's thread while the worker went
+    on claiming jobs for it that nothing runs.
+    """
+    try:
+        return str(exc)
+    except Exception:
+        return "<exception str() failed>"
+
+
+def _exception_name(exc: BaseException, qualified: bool) -> str:
+    kind = type(exc)
+    if not qualified or kind.__module__ in ("builtins", "__main__"):
+        return kind.__name__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+class QueryProbe:
+    """An execute wrapper that notes whether a job ran a query on a connection."""
+
+    def __init__(self) -> None:
+        self.queried = False
+
+    def __call__(self, execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
+        self.queried = True
+        return execute(sql, params, many, context)
 
 
 class Executor:
     """Runs claimed jobs of one worker, each in the calling thread."""
 
-    def __init__(self, client: QueueClient, worker_id: str) -> None:
+    def __init__(self, client: QueueClient, worker_id: str, completer: Completer | None = None) -> None:
         self.client = client
         self.worker_id = worker_id
+        # Acks go through the completer's batches when there is one (runworker), else one by one.
+        self.completer = completer
 
     def run(self, job: Job) -> str:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome."""
         close_old_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
         started = time.monotonic()
+        task_run = None
+        probe = QueryProbe()
         try:
-            result = self._call(job)
+            with connections[self.client.using].execute_wrapper(probe):
+                if job.task_backend:
+                    # A Django Task (the one job found by its path, and only if it is a Task).
+                    from .tasks import TaskRun
+
+                    task_run = TaskRun(job)
+                    result = task_run.call()
+                else:
+                    result = self._call(job)
             encode_result(result)
             verdict = Verdict(ACK, result=result)
         except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
-            verdict = verdict_for(exc)
+            verdict = verdict_for(exc, qualified=bool(job.task_backend))
         duration = time.monotonic() - started
-        outcome = self._record(job, verdict)
+        outcome = self._record(job, verdict, probe.queried)
         self._log(job, duration, outcome, verdict.error)
+        if task_run is not None:
+            task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
         close_old_connections()
         return outcome
 
@@ -131,14 +188,16 @@ class Executor:
             return func(JobContext(job, self.worker_id, self.client), **job.payload)
         return func(**job.payload)
 
-    def _record(self, job: Job, verdict: Verdict) -> str:
+    def _record(self, job: Job, verdict: Verdict, queried: bool = False) -> str:
         try:
             if verdict.action == ACK:
-                return (
-                    "done"
-                    if self.client.ack(job, worker_id=self.worker_id, result=verdict.result)
-                    else "lost"
-                )
+                # A job that queried the queue's database acks on the connection it used, as
+                # nacks and fails do; the others' acks ride on the claimer's next round trip.
+                if self.completer is not None and not queried:
+                    acked = self.completer.ack(job, verdict.result)
+                else:
+                    acked = self.client.ack(job, worker_id=self.worker_id, result=verdict.result)
+                return "done" if acked else "lost"
             if verdict.action == FAIL:
                 failed = self.client.fail(
                     job, worker_id=self.worker_id, error=verdict.error, traceback=verdict.traceback
@@ -169,7 +228,10 @@ class Executor:
         level = {"done": logging.INFO, "released": logging.INFO, "dead": logging.ERROR}.get(
             outcome, logging.WARNING
         )
-        suffix = f" error={error.splitlines()[0]!r}" if error else ""
+        first_line = error.splitlines()[0] if error.strip() else ""
+        if len(first_line) > LOGGED_ERROR_CHARS:  # the stored error keeps more
+            first_line = first_line[:LOGGED_ERROR_CHARS] + "..."
+        suffix = f" error={first_line!r}" if first_line else ""
         logger.log(
             level,
             "job %s id=%s attempt=%s/%s duration=%.3fs outcome=%s%s",

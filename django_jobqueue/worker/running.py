@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 
 from ..models import Job
 
@@ -15,14 +16,30 @@ class RunningJobs:
         self._jobs: dict[tuple[int, int], Job] = {}
         self._changed = threading.Condition()
 
-    def add(self, job: Job) -> None:
+    def add_many(self, jobs: Iterable[Job]) -> None:
         with self._changed:
-            self._jobs[(job.pk, job.claim_token)] = job
+            for job in jobs:
+                self._jobs[(job.pk, job.claim_token)] = job
 
-    def remove(self, job: Job) -> None:
+    def add(self, job: Job) -> None:
+        self.add_many([job])
+
+    def remove_many(self, jobs: Iterable[Job]) -> None:
+        """Forget ``jobs``; those already forgotten are skipped."""
         with self._changed:
-            self._jobs.pop((job.pk, job.claim_token), None)
-            self._changed.notify_all()
+            for job in jobs:
+                self._jobs.pop((job.pk, job.claim_token), None)
+            # Only wait_empty() waits on the condition: wake it only when there is something to see.
+            if not self._jobs:
+                self._changed.notify_all()
+
+    def remove(self, job: Job) -> bool:
+        """Forget ``job``; return False if it was already forgotten."""
+        with self._changed:
+            found = self._jobs.pop((job.pk, job.claim_token), None) is not None
+            if not self._jobs:
+                self._changed.notify_all()
+            return found
 
     def snapshot(self) -> list[Job]:
         with self._changed:

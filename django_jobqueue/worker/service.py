@@ -37,7 +37,9 @@ class Service:
 
     def nudge(self) -> None:
         """Cut the loop's current pause short."""
-        self._nudged.set()
+        # Nudged once per claiming round: skip the Event's lock when it is already set.
+        if not self._nudged.is_set():
+            self._nudged.set()
 
     @property
     def stopping(self) -> bool:

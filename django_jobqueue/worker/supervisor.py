@@ -3,8 +3,11 @@
 Threads of one worker, each with its own database connection:
 
 - the *claimer* runs the claiming loop below: it claims up to the free slots
-  in one statement and hands each job to an idle slot;
+  in one statement and hands each job to an idle slot; the acks of the jobs
+  that finished since its last round go in the same transaction
+  (``completer.py``);
 - ``concurrency`` *slots* run one job at a time each (``executor.py``);
+- once the loop stops claiming, the *completer* writes the acks still to come;
 - the heartbeat, the ticker and, on PostgreSQL, the listener (their modules);
 - the main thread only waits, so that a signal handler never interrupts a
   thread holding a lock it needs (``signals.py``).
@@ -33,6 +36,7 @@ from django.db import connections
 
 from ..models import Job
 from ..queue import QueueClient
+from .completer import Completer, PendingAck
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage
@@ -43,6 +47,9 @@ from .ticker import Ticker, tick_interval
 from .wakeup import Wakeup
 
 logger = logging.getLogger(__name__)
+
+# Seconds the claiming loop waits for more acks when only some running jobs have finished.
+ACK_LINGER = 0.001
 
 
 def default_worker_id() -> str:
@@ -73,7 +80,8 @@ class Supervisor:
         self.config = config
         self.client = QueueClient(config.using)
         self.running = RunningJobs()
-        self.executor = Executor(self.client, config.worker_id)
+        self.completer = Completer(self.client, config.worker_id, self._ack_submitted, self._acks_written)
+        self.executor = Executor(self.client, config.worker_id, self.completer)
         queue_names = [name for name, _weight in config.queues]
         self.wakeup = Wakeup(config.using, queue_names, config.poll_interval)
         self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
@@ -127,7 +135,11 @@ class Supervisor:
         try:
             if self._register_until_stopped():
                 self._start()
-                self._claim_loop()
+                try:
+                    self._claim_loop()
+                finally:
+                    # No more claims to carry the slots' acks: the completer's thread writes them.
+                    self.completer.start()
                 self.clean = self._drain()
             else:
                 self.clean = True
@@ -175,37 +187,60 @@ class Supervisor:
         outage = Outage("claiming", self.config.using)
         while not self._stopping.is_set():
             self.wakeup.clear()
-            free = self.config.concurrency - len(self.running)
+            if self.config.max_jobs is not None and self.started >= self.config.max_jobs:
+                self.request_stop(f"max-jobs {self.config.max_jobs} reached")
+                return
+            acks = self.completer.take()
+            held = len(self.running)
+            if acks and len(acks) < held:
+                # Other slots are finishing too: a moment's wait lets one commit carry their acks
+                # and claim their slots, instead of the first ack paying a round trip alone.
+                time.sleep(ACK_LINGER)
+                acks += self.completer.take()
+            # The slots of the jobs acked in this round are free once it commits.
+            free = self.config.concurrency - held + len(acks)
             if self.config.max_jobs is not None:
-                if self.started >= self.config.max_jobs:
-                    self.request_stop(f"max-jobs {self.config.max_jobs} reached")
-                    return
                 free = min(free, self.config.max_jobs - self.started)
-            if free > 0:
-                idle = not self.running.snapshot()
+            if free > 0 or acks:
+                idle = held == len(acks)  # nothing runs once these acks are written
                 try:
-                    claimed, more = self._claim_round(free, idle)
+                    claimed, more = self._claim_round(acks, free, idle)
                 except DATABASE_ERRORS as exc:
                     self._stopping.wait(outage.failed(exc))
                     continue
                 outage.recovered()
-                if self.config.burst and idle and not claimed:
+                if self.config.burst and idle and free > 0 and not claimed:
                     self.request_stop("burst: no job due")
                     return
                 if more:
                     continue
             self.wakeup.wait()
 
-    def _claim_round(self, free: int, idle: bool) -> tuple[list[Job], bool]:
-        """Claim up to ``free`` jobs and hand them to slots; return them and whether more may wait."""
-        if self.shares is None:
-            plan = None
-        else:
+    def _claim_round(self, acks: list[PendingAck], free: int, idle: bool) -> tuple[list[Job], bool]:
+        """Write ``acks`` and claim up to ``free`` jobs in one transaction; hand the jobs to slots.
+
+        Return the jobs claimed and whether more may wait.
+        """
+        plan = None
+        if self.shares is not None and free > 0:
             self.shares.refill(self.wakeup.take_notified())
             plan = self.shares.plan(free, ask_all=idle)
-        claimed = self.client.claim(self.config.worker_id, plan, free, self.config.visibility_timeout)
+        try:
+            acked, claimed = self.client.ack_and_claim(
+                [(pending.job, pending.result) for pending in acks],
+                worker_id=self.config.worker_id,
+                queue_limits=plan,
+                limit=max(free, 0),
+                visibility_timeout=self.config.visibility_timeout,
+            )
+        except BaseException as exc:  # noqa: B036 - the slots waiting on these acks must hear of it
+            self.completer.fail(acks, exc)
+            raise
+        self.completer.settle(acks, acked)
+        if free <= 0:
+            return claimed, False
+        self.running.add_many(claimed)
         for job in claimed:
-            self.running.add(job)
             self._handoff.put(job)
         self.started += len(claimed)
         if claimed:
@@ -213,6 +248,14 @@ class Supervisor:
         if self.shares is None or plan is None:
             return claimed, len(claimed) == free
         return claimed, self.shares.record(plan, claimed)
+
+    def _ack_submitted(self) -> None:
+        self.wakeup.wake()
+
+    def _acks_written(self, jobs: list[Job]) -> None:
+        # The acks are committed: these claims need no more heartbeats, and their
+        # slots count as free for the next claim.
+        self.running.remove_many(jobs)
 
     def _slot(self) -> None:
         try:
@@ -223,8 +266,9 @@ class Supervisor:
                     else:
                         self.executor.run(job)
                 finally:
-                    self.running.remove(job)
-                    self.wakeup.wake()
+                    # An ack written with a claim freed its slot already; anything else frees it here.
+                    if self.running.remove(job):
+                        self.wakeup.wake()
         finally:
             connections.close_all()
 
@@ -248,6 +292,8 @@ class Supervisor:
         if not finished:
             self._hand_back_running()
         self.ticker.stop()
+        # After the slots' last acks; a slot abandoned above acks on its own connection.
+        self.completer.stop()
         for _slot in self._slots:
             self._handoff.put(None)
         # Slots still running a handed-back job are abandoned, not waited for.

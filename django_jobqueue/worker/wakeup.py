@@ -62,7 +62,9 @@ class Wakeup:
         if queue is not None:
             with self._lock:
                 self._notified.add(queue)
-        self._event.set()
+        # Every finished job wakes the loop: skip the Event's lock when it is already set.
+        if not self._event.is_set():
+            self._event.set()
 
     def clear(self) -> None:
         """Called before a claiming round, so that a wake-up during the round is not lost."""

@@ -1,0 +1,122 @@
+"""``python -m bench``: our figures against a raw baseline on the same machine, in one run.
+
+PostgreSQL comes from ``DATABASE_URL`` (its database is created if missing and
+migrated); SQLite uses a fresh file under ``var/``. Each database is measured in
+a process of its own (``bench/part.py``), ours and the baseline interleaved run
+by run, and the medians are printed as a Markdown table with ratios, targets
+and each figure's spread across runs. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from . import report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FULL = {
+    "runs": 3,
+    "single_jobs": 2_000,
+    "many_jobs": 10_000,
+    "drain_jobs": 10_000,
+    "backlog_jobs": 1_000_000,
+    "pickup_jobs": 200,
+    "pickup_gap": 0.02,
+    "concurrencies": [1, 8, 32, 100],
+    "sqlite_concurrencies": [1, 8, 32],
+}
+QUICK = {
+    **FULL,
+    "runs": 1,
+    "single_jobs": 500,
+    "drain_jobs": 3_000,
+    "backlog_jobs": 100_000,
+    "pickup_jobs": 100,
+    "concurrencies": [1, 8, 32],
+    "sqlite_concurrencies": [1, 8],
+}
+
+
+def create_database(url: str) -> None:
+    """Create the PostgreSQL database of ``url`` if it does not exist."""
+    import psycopg
+
+    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def run_part(vendor: str, url: str, cfg: dict[str, object]) -> dict[str, list[float]]:
+    env = {**os.environ, "DATABASE_URL": url, "DEBUG": "false"}
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.part", vendor, json.dumps(cfg)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    samples: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts, one run: for iterating")
+    parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
+    parser.add_argument("--only", choices=["postgresql", "sqlite"], help="measure one database only")
+    parser.add_argument("--json", type=Path, help="also write the raw samples to this file")
+    args = parser.parse_args()
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.runs:
+        cfg["runs"] = args.runs
+    url = os.environ.get("DATABASE_URL", "")
+    if args.only != "sqlite" and not url.startswith(("postgres://", "postgresql://")):
+        raise SystemExit(
+            "set DATABASE_URL to a PostgreSQL database, e.g. postgres://postgres@127.0.0.1/jq_bench"
+        )
+
+    started = time.monotonic()
+    results: dict[str, dict[str, list[float]]] = {}
+    if args.only != "sqlite":
+        create_database(url)
+        results["postgresql"] = run_part("postgresql", url, cfg)
+    if args.only != "postgresql":
+        sqlite_file = ROOT / "var" / "bench.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{sqlite_file}{suffix}").unlink(missing_ok=True)
+        results["sqlite"] = run_part("sqlite", f"sqlite:///{sqlite_file}", cfg)
+    if args.json:
+        args.json.write_text(json.dumps({"config": cfg, "samples": results}, indent=1))
+
+    print(
+        f"\n{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"medians of {cfg['runs']} run(s), noise = half the runs' range / median; "
+        f"{time.monotonic() - started:.0f}s\n"
+    )
+    if "postgresql" in results:
+        samples = results["postgresql"]
+        print(report.render("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples))  # type: ignore[arg-type]
+        print()
+    if "sqlite" in results:
+        samples = results["sqlite"]
+        print(report.render("SQLite", report.sqlite_rows(samples, cfg["sqlite_concurrencies"]), samples))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Our side of each measurement, in a process set up with the example project's settings."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from django.db import connection
+
+from django_jobqueue import enqueue, enqueue_many
+from django_jobqueue.models import DeadLetter, Job, Worker
+from django_jobqueue.queue.rows import JOB_COLUMNS
+
+from .worker import LongRunningWorker
+
+JOB = Job._meta.db_table
+
+
+def reset() -> None:
+    """Empty the queue's tables."""
+    tables = [Job._meta.db_table, DeadLetter._meta.db_table, Worker._meta.db_table]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
+        else:
+            for table in tables:
+                cursor.execute(f"DELETE FROM {table}")
+
+
+def analyze() -> None:
+    """Vacuum and analyze the job table, as autovacuum would after a bulk load."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {JOB}" if connection.vendor == "postgresql" else f"ANALYZE {JOB}")
+
+
+def enqueue_block(start: int, count: int) -> float:
+    """Seconds for ``count`` calls of ``enqueue()``, each its own transaction."""
+    started = time.perf_counter()
+    for i in range(start, start + count):
+        enqueue("bench.noop", {"i": i})
+    return time.perf_counter() - started
+
+
+def enqueue_batch(count: int) -> float:
+    """Jobs/s of one ``enqueue_many()`` of ``count`` jobs."""
+    reset()
+    items = [("bench.noop", {"i": i}) for i in range(count)]
+    started = time.perf_counter()
+    enqueue_many(items)
+    return count / (time.perf_counter() - started)
+
+
+def fill(count: int, seed: int = 10_000) -> None:
+    """Make ``count`` ready jobs: ``seed`` through ``enqueue_many``, the rest copied from them in SQL."""
+    reset()
+    enqueue_many([("bench.noop", {"i": i}) for i in range(min(seed, count))])
+    columns = ", ".join(column for column in JOB_COLUMNS if column != "id")
+    have = min(seed, count)
+    with connection.cursor() as cursor:
+        while have < count:
+            more = min(have, count - have)
+            cursor.execute(f"INSERT INTO {JOB} ({columns}) SELECT {columns} FROM {JOB} LIMIT %s", [more])
+            have += more
+    analyze()
+
+
+def pickup(database_url: str, env: dict[str, str], jobs: int, gap: float, tmp: Path) -> list[float]:
+    """Seconds from an ``enqueue()``'s commit to an idle worker starting the job."""
+    reset()
+    path = tmp / "stamps.txt"
+    path.unlink(missing_ok=True)
+    worker = LongRunningWorker([], env)
+    try:
+        worker.wait_started()
+        time.sleep(1.0)  # the listener connects in its own thread after the start line
+        committed: dict[int, float] = {}
+        for n in range(jobs):
+            time.sleep(gap)
+            enqueue("bench.stamp", {"path": str(path), "n": n})
+            committed[n] = time.time()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lines = path.read_text().splitlines() if path.exists() else []
+            if len(lines) >= jobs:
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    latencies = []
+    for line in path.read_text().splitlines():
+        number, at = line.split()
+        latencies.append(max(0.0, float(at) - committed[int(number)]))
+    return latencies

@@ -1,0 +1,167 @@
+"""Measure one database, ours and the baseline, interleaved run by run; print the samples as JSON.
+
+Run by ``python -m bench`` in a process of its own per database (Django takes
+its database from ``DATABASE_URL`` at start-up):
+``python -m bench.part postgresql|sqlite CONFIG_JSON``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+os.environ["DEBUG"] = "false"  # production: no query log kept in memory
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+
+from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
+from . import ours, raw, raw_sqlite  # noqa: E402
+from .worker import drain, worker_env  # noqa: E402
+
+Samples = dict[str, list[float]]
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def conninfo(database_url: str) -> str:
+    # psycopg takes the URL as it is, less the scheme spelling django-environ allows.
+    return database_url.replace("postgres://", "postgresql://", 1)
+
+
+def single_inserts_interleaved(info: str, count: int, block: int = 50) -> tuple[float, float]:
+    """Jobs/s of one-per-transaction inserts, raw and ``enqueue()``, in alternating blocks.
+
+    Each such insert waits for its commit to reach the disk, and this machine's
+    flush time drifts by several times within a minute: alternating blocks of
+    ``block`` makes both sides meet the same drift.
+    """
+    raw.reset(info)
+    ours.reset()
+    raw_time = our_time = 0.0
+    with raw.connect(info) as conn:
+        for start in range(0, count, block):
+            raw_time += raw.insert_block(conn, start, min(block, count - start))
+            our_time += ours.enqueue_block(start, min(block, count - start))
+    return count / raw_time, count / our_time
+
+
+def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
+    samples: Samples = defaultdict(list)
+    env = worker_env(url)
+    info = conninfo(url)
+    n_drain = cfg["drain_jobs"]
+    with tempfile.TemporaryDirectory(prefix="jq-bench-") as tmp:
+        for run in range(cfg["runs"]):
+            say(f"postgresql run {run + 1}/{cfg['runs']}")
+            raw_rate, our_rate = single_inserts_interleaved(info, cfg["single_jobs"])
+            samples["raw_insert"].append(raw_rate)
+            samples["enqueue"].append(our_rate)
+            samples["raw_copy"].append(raw.copy_many(info, cfg["many_jobs"]))
+            samples["enqueue_many"].append(ours.enqueue_batch(cfg["many_jobs"]))
+            for batch in (1, 10, 100):
+                samples[f"raw_claim_ack_{batch}"].append(raw.claim_and_ack(info, n_drain, batch))
+            for concurrency in cfg["concurrencies"]:
+                ours.fill(n_drain)
+                result = drain([f"--concurrency={concurrency}"], env)
+                check_drained(result.done, n_drain, concurrency)
+                samples[f"drain_c{concurrency}"].append(result.rate)
+                samples[f"rss_c{concurrency}"].append(result.peak_rss_mb)
+                say(f"  drain c={concurrency}: {result.rate:,.0f} jobs/s, {result.peak_rss_mb:.0f} MB")
+            raw_latencies = raw.listen_pickup(info, cfg["pickup_jobs"], cfg["pickup_gap"])
+            our_latencies = ours.pickup(url, env, cfg["pickup_jobs"], cfg["pickup_gap"], Path(tmp))
+            for name, latencies in (("raw_pickup", raw_latencies), ("pickup", our_latencies)):
+                for label, fraction in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+                    samples[f"{name}_{label}"].append(percentile(latencies, fraction) * 1000)
+        best = best_concurrency(samples, cfg["concurrencies"])
+        samples["best_concurrency"] = [float(best)]
+        # Delete-on-ack against keep-and-prune, at the best concurrency.
+        for _run in range(cfg["runs"]):
+            ours.fill(n_drain)
+            result = drain([f"--concurrency={best}"], worker_env(url, JOBQUEUE_KEEP_COMPLETED="0"))
+            check_drained(result.done, n_drain, best)
+            samples["drain_best_delete"].append(result.rate)
+        # The same drain with a backlog: a large table behind the jobs being claimed.
+        say(f"postgresql: filling a backlog of {cfg['backlog_jobs']:,} jobs")
+        ours.fill(cfg["backlog_jobs"])
+        for _run in range(cfg["runs"]):
+            result = drain([f"--concurrency={best}", f"--max-jobs={n_drain}"], env)
+            check_drained(result.done, n_drain, best)
+            samples["drain_backlog"].append(result.rate)
+            say(f"  backlog drain c={best}: {result.rate:,.0f} jobs/s")
+        ours.reset()
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {raw.TABLE}")
+    return samples
+
+
+def measure_sqlite(cfg: dict[str, Any], url: str) -> Samples:
+    samples: Samples = defaultdict(list)
+    env = worker_env(url)
+    n_drain = cfg["drain_jobs"]
+    with tempfile.TemporaryDirectory(prefix="jq-bench-") as tmp:
+        raw_path = Path(tmp) / "raw.sqlite3"
+        for run in range(cfg["runs"]):
+            say(f"sqlite run {run + 1}/{cfg['runs']}")
+            raw_sqlite.reset(raw_path)
+            ours.reset()
+            raw_time = our_time = 0.0
+            conn = raw_sqlite.connect(raw_path)
+            for start in range(0, cfg["single_jobs"], 50):
+                raw_time += raw_sqlite.insert_block(conn, start, min(50, cfg["single_jobs"] - start))
+                our_time += ours.enqueue_block(start, min(50, cfg["single_jobs"] - start))
+            conn.close()
+            samples["raw_insert"].append(cfg["single_jobs"] / raw_time)
+            samples["enqueue"].append(cfg["single_jobs"] / our_time)
+            samples["raw_copy"].append(raw_sqlite.insert_many(raw_path, cfg["many_jobs"]))
+            samples["enqueue_many"].append(ours.enqueue_batch(cfg["many_jobs"]))
+            for batch in (1, 10, 100):
+                samples[f"raw_claim_ack_{batch}"].append(raw_sqlite.claim_and_ack(raw_path, n_drain, batch))
+            for concurrency in cfg["sqlite_concurrencies"]:
+                ours.fill(n_drain)
+                result = drain([f"--concurrency={concurrency}"], env)
+                check_drained(result.done, n_drain, concurrency)
+                samples[f"drain_c{concurrency}"].append(result.rate)
+                say(f"  drain c={concurrency}: {result.rate:,.0f} jobs/s")
+        samples["best_concurrency"] = [float(best_concurrency(samples, cfg["sqlite_concurrencies"]))]
+    ours.reset()
+    return samples
+
+
+def check_drained(done: int, expected: int, concurrency: int) -> None:
+    if done != expected:
+        raise RuntimeError(f"runworker --concurrency={concurrency} acked {done} jobs, not {expected}")
+
+
+def best_concurrency(samples: Samples, concurrencies: list[int]) -> int:
+    return max(concurrencies, key=lambda c: statistics.median(samples[f"drain_c{c}"]))
+
+
+def main() -> None:
+    vendor, cfg = sys.argv[1], json.loads(sys.argv[2])
+    url = os.environ["DATABASE_URL"]
+    if connection.vendor != vendor:
+        raise SystemExit(f"DATABASE_URL is {connection.vendor}, not {vendor}")
+    samples = measure_postgresql(cfg, url) if vendor == "postgresql" else measure_sqlite(cfg, url)
+    print(json.dumps(samples))
+
+
+if __name__ == "__main__":
+    main()

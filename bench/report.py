@@ -1,0 +1,153 @@
+"""The table: medians of the runs, the baseline's, their ratio, the target, and each figure's spread."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Samples = dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    ours: str  # key of our samples
+    base: str | None  # key of the baseline's samples (or of our own reference figure)
+    unit: str
+    # The target, as text, and the test on (ours, ratio) that meets it.
+    target: str = ""
+    met: Callable[[float, float | None], bool] | None = None
+
+
+def median(samples: Samples, key: str) -> float | None:
+    values = samples.get(key)
+    return statistics.median(values) if values else None
+
+
+def spread(samples: Samples, key: str) -> str:
+    """The runs' range around their median, as ± percent: the machine's noise on this figure."""
+    values = samples.get(key) or []
+    if len(values) < 2:
+        return "n/a"
+    middle = statistics.median(values)
+    if not middle:
+        return "n/a"
+    return f"±{(max(values) - min(values)) / 2 / middle * 100:.0f}%"
+
+
+def figure(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if unit == "MB":
+        return f"{value:.0f} MB"
+    return f"{value:,.0f}/s"
+
+
+def render(title: str, rows: list[Row], samples: Samples) -> str:
+    header = ["measure", "ours", "(noise)", "baseline", "(noise)", "ratio", "target", "met"]
+    table = [header]
+    for row in rows:
+        ours = median(samples, row.ours)
+        base = median(samples, row.base) if row.base else None
+        ratio = ours / base if ours is not None and base else None
+        met = ""
+        if row.met is not None and ours is not None:
+            met = "yes" if row.met(ours, ratio) else "NO"
+        table.append(
+            [
+                row.label,
+                figure(ours, row.unit),
+                spread(samples, row.ours),
+                figure(base, row.unit) if row.base else "",
+                spread(samples, row.base) if row.base else "",
+                f"{ratio:.2f}×" if ratio is not None else "",
+                row.target,
+                met,
+            ]
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    lines = [f"### {title}", ""]
+    for index, line in enumerate(table):
+        lines.append(
+            "| " + " | ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) + " |"
+        )
+        if index == 0:
+            lines.append("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    return "\n".join(lines)
+
+
+def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
+    best = int(samples["best_concurrency"][0])
+    rows = [
+        Row("enqueue(), one transaction each", "enqueue", "raw_insert", "/s", "≥ 0.6×", _ratio(0.6)),
+        Row("enqueue_many() of 10,000 vs COPY", "enqueue_many", "raw_copy", "/s", "≥ 0.5×", _ratio(0.5)),
+        Row("drain, defaults (concurrency 1) vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
+        Row("drain, defaults (concurrency 1) vs raw batch 100", "drain_c1", "raw_claim_ack_100", "/s"),
+    ]
+    for concurrency in concurrencies:
+        if concurrency == 1:
+            continue
+        target, met = ("≥ 0.5×", _ratio(0.5)) if concurrency == best else ("", None)
+        rows.append(
+            Row(
+                f"drain, --concurrency {concurrency} vs raw batch 100",
+                f"drain_c{concurrency}",
+                "raw_claim_ack_100",
+                "/s",
+                target,
+                met,
+            )
+        )
+    rows += [
+        Row(f"drain, --concurrency {best}, KEEP_COMPLETED=0", "drain_best_delete", "raw_claim_ack_100", "/s"),
+        Row("raw claim + ack, batch 10", "raw_claim_ack_10", None, "/s"),
+        Row(
+            f"drain behind 1,000,000 vs 10,000 (c={best})",
+            "drain_backlog",
+            f"drain_c{best}",
+            "/s",
+            "≥ 0.8×",
+            _ratio(0.8),
+        ),
+        Row(
+            "idle pickup p50",
+            "pickup_p50",
+            "raw_pickup_p50",
+            "ms",
+            "≤ 2×",
+            lambda _o, r: r is not None and r <= 2,
+        ),
+        Row("idle pickup p95", "pickup_p95", "raw_pickup_p95", "ms"),
+        Row("idle pickup p99", "pickup_p99", "raw_pickup_p99", "ms", "≤ 10 ms", lambda o, _r: o <= 10),
+    ]
+    for concurrency in concurrencies:
+        target, met = ("≤ 80 MB", lambda o, _r: o <= 80) if concurrency == 8 else ("", None)
+        label = f"worker peak RSS, --concurrency {concurrency}"
+        rows.append(Row(label, f"rss_c{concurrency}", None, "MB", target, met))
+    return rows
+
+
+def sqlite_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
+    rows = [
+        Row("enqueue(), one transaction each", "enqueue", "raw_insert", "/s"),
+        Row("enqueue_many() of 10,000 vs executemany", "enqueue_many", "raw_copy", "/s"),
+        Row("drain, defaults (concurrency 1) vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
+    ]
+    for concurrency in concurrencies:
+        rows.append(
+            Row(
+                f"drain, --concurrency {concurrency} vs raw batch 100",
+                f"drain_c{concurrency}",
+                "raw_claim_ack_100",
+                "/s",
+            )
+        )
+    rows.append(Row("raw claim + ack, batch 10", "raw_claim_ack_10", None, "/s"))
+    return rows
+
+
+def _ratio(minimum: float) -> Callable[[float, float | None], bool]:
+    return lambda _ours, ratio: ratio is not None and ratio >= minimum

@@ -1,0 +1,122 @@
+"""Real ``manage.py runworker`` processes: their drain rate, read from their own log, and their memory."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# testproject's log format: "2026-11-29 11:45:35,123 INFO django_jobqueue.worker.executor: job ..."
+_JOB_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: job \S+ id=\d+ .*outcome=(\w+)")
+
+
+@dataclass(frozen=True)
+class Drain:
+    jobs: int  # jobs whose outcome was logged
+    done: int  # of which acked
+    span: float  # seconds from the first logged outcome to the last
+    wall: float  # seconds from spawning the process to its exit
+    peak_rss_mb: float  # the process's resident-set high-water mark
+
+    @property
+    def rate(self) -> float:
+        """Jobs/s between the first and the last outcome: start-up and exit are not counted."""
+        return (self.jobs - 1) / self.span if self.jobs > 1 and self.span > 0 else 0.0
+
+
+def worker_env(database_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url,
+        DEBUG="false",  # production: no query log kept in memory
+        JOBQUEUE_MODULES="bench.jobs",
+        JOBQUEUE_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="0",
+    )
+    env.update(extra)
+    return env
+
+
+def spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "runworker", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(match.group(1)) / 1024 if match else None
+
+
+def drain(args: list[str], env: dict[str, str], timeout: float = 600.0) -> Drain:
+    """Run ``runworker --burst`` (plus ``args``) to its exit; measure it from its log and /proc."""
+    with tempfile.TemporaryDirectory(prefix="jq-bench-") as tmp:
+        log_path = Path(tmp) / "worker.log"
+        started = time.perf_counter()
+        proc = spawn(["--burst", *args], env, log_path)
+        peak = 0.0
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            # The high-water mark only grows: the last reading before exit is the peak seen.
+            peak = max(peak, _peak_rss_mb(proc.pid) or 0.0)
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"runworker {args} did not finish in {timeout}s")
+            time.sleep(0.02)
+        wall = time.perf_counter() - started
+        log = log_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"runworker {args} exited {proc.returncode}:\n{log[-3000:]}")
+    stamps, done = [], 0
+    for line in log.splitlines():
+        match = _JOB_LINE.match(line)
+        if match:
+            stamps.append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
+            done += match.group(2) == "done"
+    span = max(stamps) - min(stamps) if stamps else 0.0
+    return Drain(len(stamps), done, span, wall, peak)
+
+
+class LongRunningWorker:
+    """A ``runworker`` left running (not ``--burst``), for the idle pickup latency."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="jq-bench-")
+        self.log_path = Path(self._tmp.name) / "worker.log"
+        self.proc = spawn(args, env, self.log_path)
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while "started:" not in self.log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"runworker did not start:\n{self.log_path.read_text(errors='replace')}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._tmp.cleanup()
