@@ -76,4 +76,13 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     modules = jobqueue_settings.MODULES
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
         errors.append(Error("JOBQUEUE['MODULES'] must be a list of module paths.", id="django_jobqueue.E007"))
+    redacted = jobqueue_settings.REDACT_PAYLOAD_KEYS
+    if not isinstance(redacted, list | tuple) or not all(isinstance(k, str) and k for k in redacted):
+        errors.append(
+            Error(
+                "JOBQUEUE['REDACT_PAYLOAD_KEYS'] must be a list of payload key names.",
+                hint='For example ["password", "token"].',
+                id="django_jobqueue.E008",
+            )
+        )
     return errors

@@ -22,6 +22,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1_000_000,
     "POLL_INTERVAL": 1.0,
     "MODULES": [],
+    # Payload keys (at any depth, any case) whose values the admin shows as "[redacted]".
+    "REDACT_PAYLOAD_KEYS": [],
 }
 
 
@@ -38,6 +40,7 @@ class JobQueueSettings:
     MAX_PAYLOAD_BYTES: int
     POLL_INTERVAL: float
     MODULES: list[str]
+    REDACT_PAYLOAD_KEYS: list[str]
 
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "JOBQUEUE", None) or {}

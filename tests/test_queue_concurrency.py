@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -97,10 +98,15 @@ def subprocess_env() -> dict[str, str]:
 
 
 PULLER = """
-import json, django
+import json, os, time, django
 django.setup()
 from django_jobqueue import QueueClient
 client, seen = QueueClient(), []
+# Start together: a process that drained everything before the other started
+# would prove nothing about two claimers at once.
+open(READY, "w").close()
+while not os.path.exists(GO):
+    time.sleep(0.005)
 while batch := client.pull_many(worker_id=WORKER, limit=5):
     for job in batch:
         seen.append(job.pk)
@@ -109,12 +115,17 @@ print(json.dumps(seen))
 """
 
 
-def test_two_processes_pulling_from_one_database_claim_each_job_once(queue):
+def test_two_processes_pulling_from_one_database_claim_each_job_once(queue, tmp_path):
     made = enqueue_many([("tests.noop", {"i": i}) for i in range(1000)])
     env = subprocess_env()
+    go = tmp_path / "go"
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", f"WORKER = 'proc-{n}'\n{PULLER}"],
+            [
+                sys.executable,
+                "-c",
+                f"WORKER = 'proc-{n}'\nREADY = {str(tmp_path / f'ready-{n}')!r}\nGO = {str(go)!r}\n{PULLER}",
+            ],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -123,6 +134,12 @@ def test_two_processes_pulling_from_one_database_claim_each_job_once(queue):
         )
         for n in range(2)
     ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{n}").exists() for n in range(2)):
+        assert time.monotonic() < deadline, "the pulling processes did not start"
+        assert all(child.poll() is None for child in children), "a pulling process died"
+        time.sleep(0.01)
+    go.touch()
     outputs = [child.communicate(timeout=120) for child in children]
     for child, (_, err) in zip(children, outputs, strict=True):
         assert child.returncode == 0, err

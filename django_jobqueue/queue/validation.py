@@ -11,6 +11,7 @@ import json
 import math
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -121,7 +122,8 @@ def encode_payload(payload: object, max_bytes: int) -> str:
     """
     if not isinstance(payload, dict):
         raise JobPayloadError(f"payload must be a JSON object (a dict), not {type(payload).__name__}")
-    _check_json_value(payload, "payload")
+    if not _is_flat_and_clean(payload):
+        _check_json_value(payload, "payload")
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         size = len(text.encode("utf-8"))
@@ -141,6 +143,28 @@ def encode_result(result: object) -> str | None:
         return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (ValueError, UnicodeEncodeError) as exc:
         raise JobPayloadError(f"result cannot be stored as JSON: {exc}") from None
+
+
+def _is_flat_and_clean(mapping: dict[Any, Any]) -> bool:
+    """True for the common payload, string keys to plain values, that needs no deeper check.
+
+    Anything else (nested values, or something to refuse) goes through
+    ``_check_json_value``, which names what is wrong; this only spares the
+    common case that walk and its paths.
+    """
+    for key, value in mapping.items():
+        if type(key) is not str or "\x00" in key:
+            return False
+        kind = type(value)
+        if kind is str:
+            if "\x00" in value:
+                return False
+        elif kind is float:
+            if not math.isfinite(value):
+                return False
+        elif kind is not int and kind is not bool and value is not None:
+            return False
+    return True
 
 
 def _check_json_value(root: object, root_path: str) -> None:

@@ -1,0 +1,212 @@
+"""A throwaway PostgreSQL cluster and a network namespace, for the faults that need their own.
+
+The machine's main cluster is shared, so a test never restarts it: it starts
+its own cluster (``initdb`` into a temporary directory, ``pg_ctl`` on a free
+port, run as the ``postgres`` OS user), migrates a database in it, and
+removes it all afterwards.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import environ
+import pytest
+from django.db import connections
+from django.db.utils import load_backend
+
+from tests.worker_support import ROOT
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+DATABASE = "jq_faults"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def as_postgres(*command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` as the ``postgres`` OS user (initdb refuses to run as root)."""
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    return subprocess.run([*prefix, *command], capture_output=True, text=True, timeout=timeout, check=True)
+
+
+class Cluster:
+    """A PostgreSQL cluster of its own, listening on ``127.0.0.1`` and ``extra_addresses``."""
+
+    def __init__(self, extra_addresses: tuple[str, ...] = (), trusted_network: str | None = None) -> None:
+        self.port = free_port()
+        self.addresses = ("127.0.0.1", *extra_addresses)
+        self.trusted_network = trusted_network
+        self.home = Path(tempfile.mkdtemp(prefix="jq-faults-pg-"))
+        self.data = self.home / "data"
+        self.log_file = self.home / "server.log"
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"postgres://postgres@{host}:{self.port}/{DATABASE}"
+
+    def create(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.home, "postgres", "postgres")
+        initdb = str(PG_BIN / "initdb")
+        as_postgres(initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"\nport = {self.port}\nlisten_addresses = '{','.join(self.addresses)}'\n"
+                f"unix_socket_directories = '{self.home}'\nmax_connections = 200\n"
+            )
+        if self.trusted_network:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.trusted_network} trust\n")
+        self.start()
+        as_postgres(
+            str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+            "-c", f"CREATE DATABASE {DATABASE}",
+        )  # fmt: skip
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": self.url()},
+            check=True,
+            timeout=120,
+        )
+
+    def pg_ctl(self, *args: str) -> None:
+        as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", *args)
+
+    def start(self) -> None:
+        self.pg_ctl("start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self.pg_ctl("stop", "-m", mode)
+
+    def remove(self) -> None:
+        try:
+            self.stop("immediate")
+        except subprocess.CalledProcessError:
+            pass  # not running
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_cluster(
+    extra_addresses: tuple[str, ...] = (), trusted_network: str | None = None
+) -> Iterator[Cluster]:
+    """A new cluster, migrated, listening on 127.0.0.1 and ``extra_addresses``; removed afterwards."""
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(f"no PostgreSQL binaries in {PG_BIN} to start a throwaway cluster")
+    cluster = Cluster(extra_addresses, trusted_network)
+    try:
+        cluster.create()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+class DatabaseAlias:
+    """``url`` as ``connections[alias]``, in each thread that calls ``attach()``.
+
+    The alias stays out of ``DATABASES``: Django's test case allows connections
+    it did not set up only if they are not named there.
+    """
+
+    def __init__(self, alias: str, url: str) -> None:
+        self.alias = alias
+        config = environ.Env.db_url_config(url)
+        self.settings = connections.configure_settings({"default": config})["default"]
+
+    def attach(self) -> str:
+        """Give this thread its own connection under the alias; return the alias."""
+        wrapper = load_backend(self.settings["ENGINE"]).DatabaseWrapper(self.settings, self.alias)
+        connections[self.alias] = wrapper
+        return self.alias
+
+    def close(self) -> None:
+        """Close this thread's connection under the alias."""
+        connections[self.alias].close()
+
+
+@contextmanager
+def database_alias(alias: str, url: str) -> Iterator[DatabaseAlias]:
+    """Make ``url`` reachable as ``connections[alias]`` in this thread, for the test's duration."""
+    database = DatabaseAlias(alias, url)
+    database.attach()
+    try:
+        yield database
+    finally:
+        database.close()
+        del connections[alias]
+
+
+class Namespace:
+    """A network namespace joined to this one by a veth pair on a private /30.
+
+    The /30 is the ``index``-th of 10.231.0.0/16, so that test runs side by
+    side each get their own. The host end gets its first address, the
+    namespace end its second; no other route, address or firewall rule of the
+    machine changes.
+    """
+
+    def __init__(self, name: str, index: int) -> None:
+        self.name = name
+        self.host_link = f"{name[:12]}-h"
+        self.inner_link = f"{name[:12]}-n"
+        network = ipaddress.IPv4Network("10.231.0.0/16").network_address + 4 * (index % 16384)
+        self.host_address = str(network + 1)
+        self.inner_address = str(network + 2)
+        self.network = f"{network}/30"
+
+    def ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=10)
+
+    def create(self) -> None:
+        self.ip("netns", "add", self.name)
+        self.ip("link", "add", self.host_link, "type", "veth", "peer", "name", self.inner_link)
+        self.ip("link", "set", self.inner_link, "netns", self.name)
+        self.ip("addr", "add", f"{self.host_address}/30", "dev", self.host_link)
+        self.ip("link", "set", self.host_link, "up")
+        inside = ("netns", "exec", self.name, "ip")
+        self.ip(*inside, "addr", "add", f"{self.inner_address}/30", "dev", self.inner_link)
+        self.ip(*inside, "link", "set", self.inner_link, "up")
+        self.ip(*inside, "link", "set", "lo", "up")
+
+    def cut(self) -> None:
+        """Drop every packet between the namespace and the host, silently, as a partition does."""
+        self.ip("link", "set", self.host_link, "down")
+
+    def heal(self) -> None:
+        self.ip("link", "set", self.host_link, "up")
+
+    def command(self, *command: str) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *command]
+
+    def remove(self) -> None:
+        subprocess.run(["ip", "link", "del", self.host_link], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
+
+
+@contextmanager
+def network_namespace(name: str) -> Iterator[Namespace]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    namespace = Namespace(name, os.getpid())
+    namespace.remove()  # what a killed earlier run may have left
+    try:
+        try:
+            namespace.create()
+        except subprocess.CalledProcessError as exc:
+            pytest.skip(f"cannot set up a network namespace here: {exc.stderr.strip()}")
+        yield namespace
+    finally:
+        namespace.remove()

@@ -1,0 +1,114 @@
+"""Jobs that the fault suite's worker processes run (loaded through ``JOBQUEUE_MODULES``).
+
+Every job writes its execution to the ledger (``ledger.py``) as it starts and
+as it reaches its end, each write committed on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from django_jobqueue import Fail, JobContext, QueueClient, Retry, job
+
+from . import ledger
+
+
+def _begin(ctx: JobContext) -> int:
+    return ledger.start(ctx.job.pk, ctx.job.claim_token, ctx.attempt, ctx.worker_id)
+
+
+def wait_for_file(path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+
+
+@job(name="faults.work", takes_context=True, max_attempts=20)
+def work(ctx: JobContext, seconds: float = 0.0, n: int = 0) -> int:
+    """Sleep ``seconds``: a job whose only effect is its ledger row."""
+    entry = _begin(ctx)
+    time.sleep(seconds)
+    ledger.end(entry)
+    return n
+
+
+@job(name="faults.gate", takes_context=True)
+def gate(ctx: JobContext, release: str, timeout: float = 60.0) -> str:
+    """Run until the file ``release`` exists."""
+    entry = _begin(ctx)
+    wait_for_file(release, timeout)
+    ledger.end(entry)
+    return "released"
+
+
+@job(name="faults.poison", takes_context=True)
+def poison(ctx: JobContext) -> None:
+    """Kill the worker running it, every time, as a segmentation fault would."""
+    _begin(ctx)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job(name="faults.stale_probe", takes_context=True)
+def stale_probe(ctx: JobContext, first_release: str, second_release: str, results: str) -> str:
+    """On attempt 1, wait for ``first_release`` and then try every completion on this
+    (by then stale) claim, writing what each returned to ``results``; on attempt 2,
+    wait for ``second_release``. Either way, return normally: the worker acks."""
+    entry = _begin(ctx)
+    if ctx.attempt == 1:
+        wait_for_file(first_release, 120)
+        client = QueueClient()
+        outcomes = {
+            "extend": ctx.extend_visibility(3600),
+            "nack": client.nack(ctx.job, worker_id=ctx.worker_id, error="stale nack", delay=3600),
+            "fail": client.fail(ctx.job, worker_id=ctx.worker_id, error="stale fail"),
+        }
+        Path(results).write_text(json.dumps(outcomes))
+    else:
+        wait_for_file(second_release, 120)
+    ledger.end(entry)
+    return f"attempt {ctx.attempt}"
+
+
+@job(name="faults.raise_text", max_attempts=1)
+def raise_text(kind: str) -> None:
+    """Raise an exception whose message holds NUL characters, or 5 MB of text."""
+    if kind == "nul":
+        raise ValueError("before\x00after\x00")
+    if kind == "fail-nul":
+        raise Fail("no\x00thanks")
+    if kind == "retry-huge":
+        raise Retry(reason="y" * 5_000_000)
+    raise ValueError("x" * 5_000_000 + "END")
+
+
+@job(name="faults.secret_local", max_attempts=1)
+def secret_local(secret_from_payload: str) -> None:
+    """Fail with a secret in a local variable: the stored traceback must not show it."""
+    password = "hunter2-" + secret_from_payload  # noqa: S105 - the planted secret
+    token: dict[str, Any] = {"api_token": password}
+    raise RuntimeError(f"provider refused the call ({len(token)} field)")
+
+
+@job(name="faults.race")
+def race(n: int) -> int:
+    """Never run by a worker: the rescue race's pullers claim and ack it themselves."""
+    return n
+
+
+class Unprintable(Exception):  # noqa: N818 - named for what it does to a worker
+    """An exception whose message cannot be made: ``str()`` of it raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("this exception has no message")
+
+
+@job(name="faults.unprintable", max_attempts=1)
+def unprintable() -> None:
+    raise Unprintable()

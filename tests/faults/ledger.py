@@ -1,0 +1,94 @@
+"""The ledger: one row per execution of a fault-suite job, written by the job itself.
+
+Each row is written by its own autocommit statement on the worker thread's
+connection, outside any transaction of the queue, so an execution is recorded
+even when its worker is killed a moment later: a row whose ``ended_at`` is NULL
+is an execution that never reached its end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+TABLE = "faults_ledger"
+
+_DDL = {
+    "postgresql": (
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, "
+        "claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL, worker VARCHAR(255) NOT NULL, "
+        "pid INTEGER NOT NULL, started_at DOUBLE PRECISION NOT NULL, ended_at DOUBLE PRECISION, "
+        "note TEXT NOT NULL DEFAULT '')"
+    ),
+    "sqlite": (
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "job_id BIGINT NOT NULL, claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL, "
+        "worker VARCHAR(255) NOT NULL, pid INTEGER NOT NULL, started_at REAL NOT NULL, "
+        "ended_at REAL, note TEXT NOT NULL DEFAULT '')"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One run of a job's function, as its ledger row tells it."""
+
+    id: int
+    job_id: int
+    claim_token: int
+    attempt: int
+    worker: str
+    pid: int
+    started_at: float
+    ended_at: float | None
+    note: str
+
+    @property
+    def finished(self) -> bool:
+        return self.ended_at is not None
+
+
+def create(using: str = "default") -> None:
+    """Create the ledger table on ``using`` (if missing) and empty it."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(_DDL[connection.vendor])
+        cursor.execute(f"DELETE FROM {TABLE}")
+
+
+def drop(using: str = "default") -> None:
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
+
+
+def start(job_id: int, claim_token: int, attempt: int, worker: str, using: str = "default") -> int:
+    """Record that an execution starts; return its ledger id."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {TABLE} (job_id, claim_token, attempt, worker, pid, started_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+            [job_id, claim_token, attempt, worker, os.getpid(), time.time()],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def end(entry: int, note: str = "", using: str = "default") -> None:
+    """Record that the execution ``entry`` reached its end."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {TABLE} SET ended_at = %s, note = %s WHERE id = %s", [time.time(), note, entry]
+        )
+
+
+def executions(using: str = "default") -> list[Execution]:
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT id, job_id, claim_token, attempt, worker, pid, started_at, ended_at, note "
+            f"FROM {TABLE} ORDER BY id"
+        )
+        rows: list[Any] = cursor.fetchall()
+    return [Execution(*row) for row in rows]
