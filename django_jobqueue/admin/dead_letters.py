@@ -72,8 +72,10 @@ class DeadLetterAdmin(OperatorAdmin):
         number = parse_id(term)
         return found | Q(pk=number) | Q(job_id=number) if number is not None else found
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 says where the actions are shown; Django 5.2 takes only the request.
+        location = () if action_location is None else (action_location,)
+        actions = super().get_actions(request, *location)
         # Django's own would load every object to list them, then delete with the ORM.
         actions.pop("delete_selected", None)
         return actions
