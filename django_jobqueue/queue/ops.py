@@ -519,6 +519,21 @@ def _move_to_dead_letters(
     return len(job_ids)
 
 
+def _revive_sql(dialect: Dialect) -> str:
+    """``INSERT ... SELECT`` of dead letters as ready jobs, attempts reset; the caller adds WHERE.
+
+    The first enqueue time and the last error are kept; the unique key is not
+    (a live job may hold it by now).
+    """
+    return (
+        f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
+        "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
+        "created_at, task_backend) "
+        "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, "
+        f"{dialect.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD}"
+    )
+
+
 def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
     """dead letter -> ready job, attempts reset, in one transaction.
 
@@ -529,13 +544,7 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
     lock = "FOR UPDATE" if dialect.skip_locked else ""
     with transaction.atomic(using=using):
         cursor.execute(
-            f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
-            "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
-            "created_at, task_backend) "
-            "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, "
-            f"{dialect.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD} "
-            f"WHERE id = %s {lock} RETURNING {JOB_COLUMNS_SQL}",
-            [dead_letter_id],
+            f"{_revive_sql(dialect)} WHERE id = %s {lock} RETURNING {JOB_COLUMNS_SQL}", [dead_letter_id]
         )
         row = cursor.fetchone()
         if row is None:
@@ -777,13 +786,7 @@ def retry_dead_letter_batch(
         # Ids are drawn in the order the ORDER BY hands rows to the insert, so
         # the new jobs sorted by id pair up with the dead letters sorted by id.
         cursor.execute(
-            f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
-            "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
-            "created_at, task_backend) "
-            "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, "
-            f"{dialect.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD} "
-            f"WHERE id IN ({_marks(ids)}) ORDER BY id RETURNING id, name, queue",
-            ids,
+            f"{_revive_sql(dialect)} WHERE id IN ({_marks(ids)}) ORDER BY id RETURNING id, name, queue", ids
         )
         created = sorted(cursor.fetchall())
         cursor.execute(f"DELETE FROM {DEAD} WHERE id IN ({_marks(ids)})", ids)
