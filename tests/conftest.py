@@ -65,5 +65,25 @@ def count_jobs(conn: Any) -> int:
         return int(cursor.fetchone()[0])
 
 
+@pytest.fixture
+def listener(postgresql_only: None, transactional_db: None) -> Iterator[Any]:
+    """A psycopg connection LISTENing on the queue's channel (PostgreSQL only)."""
+    import psycopg
+
+    from django_jobqueue.queue.ops import NOTIFY_CHANNEL
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        yield conn
+
+
+def received(conn: Any) -> list[str]:
+    """The queue names notified to ``listener`` in the next 0.3 s."""
+    return sorted(notify.payload for notify in conn.notifies(timeout=0.3))
+
+
 # The worker tests' fixtures: start_worker (a real runworker process) and events_path.
 from tests.worker_support import events_path, start_worker  # noqa: E402, F401

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.queue.ops import NOTIFY_CHANNEL
+
+from .conftest import received
 
 
 def fetch(job: Job) -> Job:
@@ -203,17 +203,3 @@ def test_retried_dead_letters_wake_the_workers_of_their_queues(queue, listener):
     received(listener)
     queue.retry_dead_letters(DeadLetter.objects.all())
     assert received(listener) == ["emails", "sms"]
-
-
-@pytest.fixture
-def listener(postgresql_only, transactional_db):
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as conn:
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-        yield conn
-
-
-def received(conn) -> list[str]:
-    return sorted(notify.payload for notify in conn.notifies(timeout=0.3))

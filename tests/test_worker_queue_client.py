@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from django_jobqueue.models import Job, Worker
-from django_jobqueue.queue.ops import NOTIFY_CHANNEL
+
+from .conftest import received
 
 
 def test_extend_claims_beats_every_held_claim_in_one_call(queue, job_factory):
@@ -78,20 +78,6 @@ def test_worker_rows_register_beat_prune_and_unregister(queue):
     assert queue.unregister_worker("w-2")
     with pytest.raises(ValueError):
         queue.register_worker("w-3", hostname="host", pid=1, queues=["no spaces"], concurrency=1)
-
-
-@pytest.fixture
-def listener(postgresql_only, transactional_db):
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as conn:
-        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-        yield conn
-
-
-def received(conn) -> list[str]:
-    return sorted(notify.payload for notify in conn.notifies(timeout=0.3))
 
 
 def test_an_enqueue_notifies_each_queue_once_per_transaction_on_commit(queue, listener):

@@ -303,17 +303,7 @@ class QueueClient:
         memory; ``on_batch`` is called with each batch. A dead letter that is
         already gone (retried or deleted) is skipped: it never becomes two jobs.
         """
-        matching = _dead_letter_query(dead_letters, self.using)
-        if matching is None:
-            return 0
-        limit = _batch_size(batch_size)
-        retried, after_id = 0, 0
-        while batch := ops.retry_dead_letter_batch(self.using, matching, after_id, limit):
-            retried += len(batch)
-            after_id = batch[-1].dead_letter_id
-            if on_batch is not None:
-                on_batch(batch)
-        return retried
+        return self._dead_letters_in_batches(ops.retry_dead_letter_batch, dead_letters, batch_size, on_batch)
 
     def delete_dead_letters(
         self,
@@ -326,17 +316,27 @@ class QueueClient:
 
         ``on_batch`` is called with each batch deleted; one already gone is skipped.
         """
+        return self._dead_letters_in_batches(ops.delete_dead_letter_batch, dead_letters, batch_size, on_batch)
+
+    def _dead_letters_in_batches(
+        self,
+        step: Callable[[str, Any, int, int], Sequence[Any]],
+        dead_letters: DeadLetters,
+        batch_size: int,
+        on_batch: Callable[[Any], None] | None,
+    ) -> int:
+        """Run ``step`` (one transaction a batch) over the matching dead letters, in id order."""
         matching = _dead_letter_query(dead_letters, self.using)
         if matching is None:
             return 0
         limit = _batch_size(batch_size)
-        deleted, after_id = 0, 0
-        while batch := ops.delete_dead_letter_batch(self.using, matching, after_id, limit):
-            deleted += len(batch)
+        done, after_id = 0, 0
+        while batch := step(self.using, matching, after_id, limit):
+            done += len(batch)
             after_id = batch[-1].dead_letter_id
             if on_batch is not None:
                 on_batch(batch)
-        return deleted
+        return done
 
 
 def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> ops.NewJob:
