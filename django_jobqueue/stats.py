@@ -10,18 +10,17 @@ else in the queue.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connections, models
 from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncMinute
-from django.utils.dateparse import parse_datetime
 
 from .conf import jobqueue_settings
 from .models import DeadLetter, Job, JobStatus, Worker
 from .queue.dialects import dialect_for
+from .queue.rows import to_datetime
 
 # A worker beats at least every 10 s; three missed beats and it is shown as late.
 # (Its row is deleted by the other workers' upkeep after 60 s of silence.)
@@ -123,14 +122,10 @@ def database_now(using: str) -> datetime:
         # An empty parameter list, so that SQLite's %% escapes are unfolded.
         cursor.execute(f"SELECT {dialect_for(connection).now}", [])
         value = cursor.fetchone()[0]
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise ValueError(f"the database returned {value!r} for its clock")
-        value = parsed
-    if settings.USE_TZ and value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)  # SQLite's clock is UTC
-    return value
+    now = to_datetime(value)
+    if now is None:
+        raise ValueError("the database returned no value for its clock")
+    return now
 
 
 def overview(using: str | None = None, *, minutes: bool = True) -> Overview:

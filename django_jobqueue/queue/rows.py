@@ -28,7 +28,8 @@ def _to_json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _to_datetime(value: Any) -> datetime | None:
+def to_datetime(value: Any) -> datetime | None:
+    """A datetime as a raw row holds it (SQLite: naive UTC text) -> aware under ``USE_TZ``."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -43,14 +44,14 @@ def _to_datetime(value: Any) -> datetime | None:
 
 def datetime_from_db(value: Any) -> datetime | None:
     """A datetime column's value as a raw statement returns it, as the ORM would return it."""
-    return _to_datetime(value)
+    return to_datetime(value)
 
 
 def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
     if isinstance(field, models.JSONField):
         return _to_json
     if isinstance(field, models.DateTimeField):
-        return _to_datetime
+        return to_datetime
     if isinstance(field, models.FloatField):
         return float  # SQLite returns 30 for 30.0
     return None
