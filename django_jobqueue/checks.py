@@ -85,4 +85,8 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
                 id="django_jobqueue.E008",
             )
         )
+    if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
+        errors.append(
+            Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
+        )
     return errors

@@ -24,6 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "MODULES": [],
     # Payload keys (at any depth, any case) whose values the admin shows as "[redacted]".
     "REDACT_PAYLOAD_KEYS": [],
+    # PostgreSQL: the per-job statements (enqueue, claim, ack) prepared, planned once per connection.
+    "PREPARED_STATEMENTS": True,
 }
 
 
@@ -41,6 +43,7 @@ class JobQueueSettings:
     POLL_INTERVAL: float
     MODULES: list[str]
     REDACT_PAYLOAD_KEYS: list[str]
+    PREPARED_STATEMENTS: bool
 
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "JOBQUEUE", None) or {}

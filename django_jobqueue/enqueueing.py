@@ -57,12 +57,17 @@ def enqueue_many(
     ``queue`` is the default for items whose options name none. Every item is
     validated before anything is written; the jobs are returned in order.
     """
+    # The options of every item that gives none: shared, as nothing downstream changes them.
+    batch_options: dict[str, Any] = {} if queue is None else {"queue": queue}
     triples = []
     for index, item in enumerate(items):
         if not isinstance(item, tuple | list) or len(item) not in (2, 3):
             raise ValueError(f"item {index}: expected (name, payload) or (name, payload, options)")
-        options = dict(item[2]) if len(item) == 3 else {}
-        if queue is not None and options.get("queue") is None:
-            options["queue"] = queue
+        if len(item) == 2:
+            options = batch_options
+        else:
+            options = dict(item[2])
+            if queue is not None and options.get("queue") is None:
+                options["queue"] = queue
         triples.append((item[0], item[1], options))
     return QueueClient(using).push_many(triples)

@@ -29,6 +29,7 @@ def test_defaults_pass():
         ({"POLL_INTERVAL": "1"}, "django_jobqueue.E005"),
         ({"KEEP_COMPLETED": -1}, "django_jobqueue.E006"),
         ({"MODULES": "myapp.jobs"}, "django_jobqueue.E007"),
+        ({"PREPARED_STATEMENTS": "yes"}, "django_jobqueue.E009"),
         ({"VISIBILTY_TIMEOUT": 5}, "django_jobqueue.W001"),
     ],
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import zoneinfo
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -13,7 +15,7 @@ from django_jobqueue import enqueue, enqueue_many, job
 from django_jobqueue import registry as job_registry
 from django_jobqueue.models import Job
 
-from .conftest import count_jobs
+from .conftest import count_jobs, received
 
 
 def test_enqueue_is_invisible_to_other_connections_until_commit(queue, other_connection):
@@ -122,8 +124,9 @@ def test_enqueue_many_writes_one_batch_in_order(queue):
     items.append(("tests.other", {"i": 300}, {"priority": 5, "queue": "q2"}))
     with CaptureQueriesContext(connection) as queries:
         made = enqueue_many(items, queue="bulk")
-    inserts = [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith("INSERT")]
-    assert len(inserts) == 1
+    # One write statement: an INSERT, or on PostgreSQL a COPY.
+    writes = [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "COPY"))]
+    assert len(writes) == 1
     assert [m.payload["i"] for m in made] == list(range(301))
     assert {m.queue for m in made[:300]} == {"bulk"}
     assert (made[-1].queue, made[-1].priority, made[-1].name) == ("q2", 5, "tests.other")
@@ -185,3 +188,136 @@ def test_jobs_modules_are_loaded_at_start_so_enqueue_by_name_gets_job_defaults(q
     # nothing in this process imported it but the app's start-up.
     made = enqueue("send_otp", {"account_id": 1})
     assert (made.queue, made.max_attempts) == ("otp", 4)
+
+
+# -- a batch as the database holds it ------------------------------------------
+
+
+def stored_as_returned(made: list[Job]) -> None:
+    """Each returned job is a loaded instance holding exactly what its row holds."""
+    rows = Job.objects.in_bulk([returned.pk for returned in made])
+    fields = [field.attname for field in Job._meta.concrete_fields]
+    for returned in made:
+        assert (returned._state.adding, returned._state.db) == (False, "default")
+        assert {f: getattr(returned, f) for f in fields} == {f: getattr(rows[returned.pk], f) for f in fields}
+        assert type(returned.payload) is dict and type(returned.worker_ids) is list
+
+
+def database_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()" if connection.vendor == "postgresql" else "SELECT 1")
+        return cursor.fetchone()[0]
+
+
+def test_a_large_batch_returns_its_rows_in_order_with_growing_ids(queue):
+    at = timezone.now().astimezone(zoneinfo.ZoneInfo("Asia/Kolkata")) + timedelta(hours=1)
+    items = []
+    for i in range(1300):
+        options: dict[str, Any] = {"queue": f"q{i % 3}", "priority": i % 201 - 100}
+        if i % 5 == 1:
+            options["delay"] = timedelta(seconds=i)
+        elif i % 5 == 2:
+            options["run_at"] = at + timedelta(microseconds=i)
+        elif i % 5 == 3:
+            options["delay"] = 0.25
+        items.append(("tests.noop", {"i": i, "text": 'é\\\t"x'}, options))
+    made = enqueue_many(items)
+    assert [job.payload["i"] for job in made] == list(range(1300))
+    ids = [job.pk for job in made]
+    assert ids == sorted(ids) and len(set(ids)) == 1300
+    stored_as_returned(made)
+    assert made[2].run_at == at + timedelta(microseconds=2)
+    assert made[2].run_at.tzinfo == made[0].created_at.tzinfo  # read back as the ORM reads it
+    assert Job.objects.count() == 1300
+
+
+@pytest.mark.parametrize("copies", [1, 20])  # a small batch is an INSERT, a larger one a COPY
+def test_a_batch_is_timed_by_the_database_clock(queue, postgresql_only, copies):
+    with transaction.atomic():
+        now = database_now()  # the transaction's now(): the clock of everything it writes
+        items = [("tests.noop", {}), ("tests.noop", {}, {"delay": 90}), ("tests.noop", {}, {"delay": 0.5})]
+        made = enqueue_many(items * copies)
+    assert {job.created_at for job in made} == {now}
+    delays = [timedelta(0), timedelta(seconds=90), timedelta(seconds=0.5)]
+    assert [job.run_at - now for job in made] == delays * copies
+    stored_as_returned(made)
+
+
+@pytest.mark.parametrize("copies", [1, 20])
+@override_settings(USE_TZ=False, TIME_ZONE="America/New_York")
+def test_a_batch_without_time_zone_support_reads_back_naive_local_times(queue, postgresql_only, copies):
+    at = datetime(2030, 3, 10, 1, 30)  # naive: the session's time zone, New York
+    aware = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)  # read back as 08:00 in New York
+    items = [("tests.noop", {}), ("tests.noop", {}, {"delay": 7200}), ("tests.noop", {}, {"run_at": aware})]
+    made = enqueue_many(items * copies)
+    assert all(job.created_at.tzinfo is None and job.run_at.tzinfo is None for job in made)
+    assert made[2].run_at == datetime(2030, 3, 10, 8, 0)
+    stored_as_returned(made)
+    scheduled = enqueue_many([("tests.noop", {}, {"run_at": at}), ("tests.noop", {}, {"delay": 1})] * copies)
+    assert scheduled[0].run_at == at
+    stored_as_returned(scheduled)
+
+
+def test_a_batch_notifies_each_queue_once_on_commit_only(queue, listener):
+    items = [("tests.noop", {"i": i}, {"queue": ("emails", "sms")[i % 2]}) for i in range(700)]
+    with transaction.atomic():
+        enqueue_many(items)
+        assert received(listener) == [], "nothing before the commit"
+    assert received(listener) == ["emails", "sms"]
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue_many(items)
+        raise RuntimeError("roll back")
+    assert received(listener) == []
+    enqueue_many(items[:2])
+    assert received(listener) == ["emails", "sms"]
+
+
+def test_a_rolled_back_batch_leaves_no_row(queue, other_connection):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue_many([("tests.noop", {"i": i}) for i in range(600)])
+        assert count_jobs(connection) == 600
+        assert count_jobs(other_connection) == 0
+        raise RuntimeError("the request failed")
+    assert Job.objects.count() == 0
+    with transaction.atomic():
+        kept = enqueue_many([("tests.noop", {"outer": True})] * 2)
+        with pytest.raises(RuntimeError), transaction.atomic():
+            enqueue_many([("tests.noop", {"inner": True})] * 600)
+            raise RuntimeError("inner step failed")
+    assert sorted(Job.objects.values_list("pk", flat=True)) == [job.pk for job in kept]
+
+
+def test_a_large_batch_with_unique_keys_among_others(queue):
+    held = enqueue("tests.otp", {"n": -1}, unique_key="held")
+    at = timezone.now().astimezone(zoneinfo.ZoneInfo("America/Sao_Paulo")) + timedelta(minutes=5)
+    items: list[tuple[str, dict[str, int], dict[str, Any]]] = []
+    for n in range(800):
+        if n % 100 == 0:
+            options: dict[str, Any] = {"unique_key": "held"}
+        elif n % 100 == 50:
+            options = {"unique_key": f"new{n // 200}"}  # 50 and 150 share new0, 250 and 350 new1, ...
+        elif n % 3 == 0:
+            options = {"run_at": at}
+        else:
+            options = {"delay": n % 7}
+        items.append(("tests.otp", {"n": n}, options))
+    made = enqueue_many(items)
+    assert {made[n].pk for n in range(0, 800, 100)} == {held.pk}
+    for first in (50, 250, 450, 650):
+        assert made[first].pk == made[first + 100].pk and made[first + 100].payload == {"n": first}
+    unkeyed = [job for job, (_, _, options) in zip(made, items, strict=True) if "unique_key" not in options]
+    assert [job.payload["n"] for job in unkeyed] == [n for n in range(800) if n % 50]
+    assert [job.pk for job in unkeyed] == sorted(job.pk for job in unkeyed)
+    assert Job.objects.count() == 1 + 4 + 784
+    stored_as_returned(made)
+
+
+def test_returned_batch_jobs_save_and_refresh_like_loaded_ones(queue):
+    made = enqueue_many([("tests.noop", {"i": i}) for i in range(3)])
+    made[1].priority = 42
+    made[1].save(update_fields=["priority"])
+    assert Job.objects.get(pk=made[1].pk).priority == 42
+    made[2].refresh_from_db()
+    assert made[2].payload == {"i": 2}
+    made[0].save()  # a loaded instance: an UPDATE, not a second row
+    assert Job.objects.count() == 3

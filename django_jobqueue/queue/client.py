@@ -12,7 +12,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
-from django.db import transaction
 from django.db.models import QuerySet
 
 from .. import registry
@@ -65,10 +64,11 @@ class QueueClient:
         self, items: Iterable[tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]]
     ) -> list[Job]:
         """Enqueue ``(name, payload, options)`` triples in one batch; validate all first."""
+        preparer = JobPreparer()
         prepared = []
         for index, (name, payload, options) in enumerate(items):
             try:
-                prepared.append(prepare_job(name, payload, options))
+                prepared.append(preparer.prepare(name, payload, options))
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"item {index}: {exc}") from None
         return ops.insert_jobs(self.using, prepared)
@@ -135,13 +135,18 @@ class QueueClient:
         by its own claim's token, exactly as ``ack`` given the ``Job``: a job
         whose claim is no longer current is left unchanged and missing from the result.
         """
-        keep = jobqueue_settings.KEEP_COMPLETED > 0
-        completions = [
-            (_as_id(job.pk), job.claim_token, encode_result(result) if keep else None) for job, result in acks
-        ]
+        completions = self._completions(acks)
         if not completions:
             return set()
+        keep = jobqueue_settings.KEEP_COMPLETED > 0
         return ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
+
+    @staticmethod
+    def _completions(acks: Sequence[tuple[Job, Any]]) -> list[tuple[int, int, str | None]]:
+        keep = jobqueue_settings.KEEP_COMPLETED > 0
+        return [
+            (_as_id(job.pk), job.claim_token, encode_result(result) if keep else None) for job, result in acks
+        ]
 
     def ack_and_claim(
         self,
@@ -162,10 +167,20 @@ class QueueClient:
             return set(), self.claim(worker_id, queue_limits, limit, visibility_timeout)
         if limit <= 0:
             return self.ack_many(acks, worker_id=worker_id), []
-        with transaction.atomic(using=self.using):
-            acked = self.ack_many(acks, worker_id=worker_id)
-            claimed = self.claim(worker_id, queue_limits, limit, visibility_timeout)
-        return acked, claimed
+        if queue_limits is not None:
+            queue_limits = [(check_queue(q), _check_limit(n)) for q, n in queue_limits]
+        timeout = None
+        if visibility_timeout is not None:
+            timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+        return ops.claim_round(
+            self.using,
+            check_worker_id(worker_id),
+            self._completions(acks),
+            jobqueue_settings.KEEP_COMPLETED > 0,
+            queue_limits,
+            _check_limit(limit),
+            timeout,
+        )
 
     def nack(
         self,
@@ -344,39 +359,111 @@ def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[s
 
     Raise ``ValueError`` or ``JobPayloadError`` before anything is written.
     """
-    unknown = set(options) - ENQUEUE_OPTIONS
-    if unknown:
-        raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-    name = check_name(name)
-    spec = registry.lookup(name)
-    # Read once: each read of jobqueue_settings goes through Django's lazy settings.
-    configured = {**SETTING_DEFAULTS, **jobqueue_settings.user_settings()}
+    return JobPreparer().prepare(name, payload, options)
 
-    def option(key: str, setting: Any) -> Any:
+
+def _check_visibility_timeout(value: object) -> float:
+    return to_seconds(value, "visibility_timeout", allow_zero=False)
+
+
+# The options that have a default (``@job``'s, else the setting's) and the check each value passes.
+_DEFAULTED: dict[str, Callable[[Any], Any]] = {
+    "queue": check_queue,
+    "priority": check_priority,
+    "max_attempts": check_max_attempts,
+    "visibility_timeout": _check_visibility_timeout,
+}
+
+
+class JobPreparer:
+    """``prepare_job`` for the jobs of one call, reading settings once and each job name's defaults once.
+
+    A batch of thousands of jobs of a few names then pays once per name for
+    checking it, looking it up in the registry and checking its defaults; each
+    job's own payload and options are checked every time, as ``prepare_job``
+    checks them, in the same order and with the same errors.
+    """
+
+    def __init__(self) -> None:
+        # Read once: each read of jobqueue_settings goes through Django's lazy settings.
+        configured = {**SETTING_DEFAULTS, **jobqueue_settings.user_settings()}
+        self._settings = {
+            "queue": configured["DEFAULT_QUEUE"],
+            "priority": 0,
+            "max_attempts": configured["MAX_ATTEMPTS"],
+            "visibility_timeout": configured["VISIBILITY_TIMEOUT"],
+        }
+        self._max_payload_bytes = configured["MAX_PAYLOAD_BYTES"]
+        self._specs: dict[str, registry.JobSpec | None] = {}
+        self._defaults: dict[tuple[str, str], Any] = {}
+        # Per name, the checked queue, priority, max_attempts and visibility_timeout
+        # of a job given no options, once one such job of that name was prepared.
+        self._plain: dict[str, tuple[str, int, int, float]] = {}
+
+    def prepare(self, name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> ops.NewJob:
+        """Validate one job and fill in its defaults (see ``prepare_job``)."""
+        if not options and type(name) is str and name in self._plain:
+            # The name and its defaults passed their checks before: the payload is all there is to check.
+            queue, priority, max_attempts, visibility_timeout = self._plain[name]
+            return ops.NewJob(
+                name=name,
+                queue=queue,
+                payload_json=encode_payload({} if payload is None else payload, self._max_payload_bytes),
+                priority=priority,
+                max_attempts=max_attempts,
+                visibility_timeout=visibility_timeout,
+                run_at=None,
+                delay=0.0,
+                unique_key=None,
+            )
+        new = self._resolve(name, payload, options)
+        if not options:
+            self._plain[name] = (new.queue, new.priority, new.max_attempts, new.visibility_timeout)
+        return new
+
+    def _resolve(
+        self, name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]
+    ) -> ops.NewJob:
+        """Check every option and fill in the defaults, as ``prepare_job`` does."""
+        if options and not ENQUEUE_OPTIONS.issuperset(options):
+            unknown = set(options) - ENQUEUE_OPTIONS
+            raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
+        spec = self._spec(name)
+        run_at, delay = options.get("run_at"), options.get("delay")
+        if run_at is not None and delay is not None:
+            raise ValueError("give run_at or delay, not both")
+        unique_key = options.get("unique_key")
+        return ops.NewJob(
+            name=name,
+            queue=self._option(name, spec, options, "queue"),
+            payload_json=encode_payload({} if payload is None else payload, self._max_payload_bytes),
+            priority=self._option(name, spec, options, "priority"),
+            max_attempts=self._option(name, spec, options, "max_attempts"),
+            visibility_timeout=self._option(name, spec, options, "visibility_timeout"),
+            run_at=check_run_at(run_at) if run_at is not None else None,
+            delay=to_seconds(delay, "delay") if delay is not None else 0.0,
+            unique_key=check_unique_key(unique_key) if unique_key is not None else None,
+        )
+
+    def _spec(self, name: object) -> registry.JobSpec | None:
+        """``name``'s registered job, checking the name the first time it is met."""
+        if type(name) is str and name in self._specs:  # an unhashable name must reach check_name
+            return self._specs[name]
+        checked = check_name(name)
+        spec = self._specs[checked] = registry.lookup(checked)
+        return spec
+
+    def _option(self, name: str, spec: registry.JobSpec | None, options: Mapping[str, Any], key: str) -> Any:
+        """The call's value of ``key`` if it gives one, else ``@job``'s, else the setting's; checked."""
         value = options.get(key)
-        if value is None and spec is not None:
-            value = getattr(spec, key)
-        return setting if value is None else value
-
-    run_at, delay = options.get("run_at"), options.get("delay")
-    if run_at is not None and delay is not None:
-        raise ValueError("give run_at or delay, not both")
-    unique_key = options.get("unique_key")
-    return ops.NewJob(
-        name=name,
-        queue=check_queue(option("queue", configured["DEFAULT_QUEUE"])),
-        payload_json=encode_payload({} if payload is None else payload, configured["MAX_PAYLOAD_BYTES"]),
-        priority=check_priority(option("priority", 0)),
-        max_attempts=check_max_attempts(option("max_attempts", configured["MAX_ATTEMPTS"])),
-        visibility_timeout=to_seconds(
-            option("visibility_timeout", configured["VISIBILITY_TIMEOUT"]),
-            "visibility_timeout",
-            allow_zero=False,
-        ),
-        run_at=check_run_at(run_at) if run_at is not None else None,
-        delay=to_seconds(delay, "delay") if delay is not None else 0.0,
-        unique_key=check_unique_key(unique_key) if unique_key is not None else None,
-    )
+        if value is not None:
+            return _DEFAULTED[key](value)
+        cache_key = (name, key)
+        if cache_key not in self._defaults:
+            # Checked only once used: a default that every job overrides is never checked.
+            default = getattr(spec, key) if spec is not None else None
+            self._defaults[cache_key] = _DEFAULTED[key](self._settings[key] if default is None else default)
+        return self._defaults[cache_key]
 
 
 def _fence(job: JobRef, worker_id: str) -> ops.Fence:

@@ -9,24 +9,31 @@ Each function commits on its own (autocommit) unless the caller is inside
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.backends.utils import CursorWrapper
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from ..models import DeadLetter, Job, Worker
-from .dialects import Dialect, dialect_for
+from .dialects import POSTGRESQL, Dialect, dialect_for
+from .native import bound_cursor, fetch_all, fetchall
 from .rows import (
+    JOB_COLUMNS,
     JOB_COLUMNS_SQL,
     claim_order,
+    datetime_as_read,
     datetime_from_db,
     job_from_row,
-    job_from_values,
+    jobs_from_native_rows,
     jobs_from_rows,
+    jobs_from_values,
 )
 
 JOB = Job._meta.db_table
@@ -95,64 +102,85 @@ def insert_jobs(using: str, new_jobs: Sequence[NewJob]) -> list[Job]:
     """
     if not new_jobs:
         return []
-    db_ops = connections[using].ops
+    connection = connections[using]
+    if connection.vendor == "postgresql" and len(new_jobs) >= COPY_MIN_ROWS and _copyable(new_jobs):
+        return _copy_jobs(connection, new_jobs)
     if len(new_jobs) <= INSERT_CHUNK:
-        return _insert_chunk(using, db_ops, new_jobs)  # one statement: atomic by itself
+        return _insert_chunk(connection, new_jobs)  # one statement: atomic by itself
     result: list[Job] = []
     with transaction.atomic(using=using):
         for chunk in batched(new_jobs, INSERT_CHUNK):
-            result.extend(_insert_chunk(using, db_ops, chunk))
+            result.extend(_insert_chunk(connection, chunk))
     return result
 
 
-def _insert_chunk(using: str, db_ops: Any, chunk: Sequence[NewJob]) -> list[Job]:
-    cursor, dialect = _cursor(using)
-    if dialect.vendor == "postgresql" and len(chunk) > 1:
-        return _insert_chunk_postgresql(using, cursor, chunk)
-    rows_sql: list[str] = []
+def _insert_chunk(connection: BaseDatabaseWrapper, chunk: Sequence[NewJob]) -> list[Job]:
+    dialect = dialect_for(connection)
+    if dialect.vendor == "postgresql":
+        cursor = bound_cursor(connection)
+        if len(chunk) > 1:
+            return _insert_chunk_postgresql(connection, cursor, chunk)
+        return _insert_values(connection, dialect, cursor, chunk)
+    return _insert_values(connection, dialect, connection.cursor(), chunk)
+
+
+def _insert_values(
+    connection: BaseDatabaseWrapper, dialect: Dialect, cursor: CursorWrapper, chunk: Sequence[NewJob]
+) -> list[Job]:
+    """Insert ``chunk`` with one ``INSERT … VALUES`` of a row of parameters per job."""
+    run_ats: list[str] = []
     params: list[Any] = []
     for new in chunk:
         if new.run_at is not None:
             run_at_sql = "%s"
-            params_run_at: list[Any] = [db_ops.adapt_datetimefield_value(new.run_at)]
+            params_run_at: list[Any] = [connection.ops.adapt_datetimefield_value(new.run_at)]
         elif new.delay:
             run_at_sql, params_run_at = dialect.now_plus("%s"), [new.delay]
         else:
             run_at_sql, params_run_at = dialect.now, []
-        rows_sql.append(
-            f"(%s, %s, %s, %s, 'ready', 0, %s, %s, {run_at_sql}, 0, %s, '', '', {dialect.now}, %s)"
-        )
+        run_ats.append(run_at_sql)
         params += [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
         params += [new.visibility_timeout, *params_run_at, new.unique_key, new.task_backend]
     keyed = any(new.unique_key is not None for new in chunk)
+    cursor.execute(_insert_values_sql(dialect, tuple(run_ats), keyed), params)
+    return _inserted_jobs(connection, chunk, fetchall(connection, cursor), keyed)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_values_sql(dialect: Dialect, run_ats: tuple[str, ...], keyed: bool) -> str:
+    """``_insert_values``'s statement for rows whose ``run_at`` are these SQL expressions."""
+    rows_sql = ", ".join(
+        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, {run_at_sql}, 0, %s, '', '', {dialect.now}, %s)"
+        for run_at_sql in run_ats
+    )
     on_conflict = (
         f"ON CONFLICT (unique_key) WHERE status IN {LIVE} AND unique_key IS NOT NULL DO NOTHING"
         if keyed
         else ""
     )
     notify = NOTIFY_RETURNING if dialect.vendor == "postgresql" else ""
-    cursor.execute(
+    return (
         f"INSERT INTO {JOB} (name, queue, payload, priority, status, attempts, max_attempts, "
         "visibility_timeout, run_at, claim_token, unique_key, last_error, last_traceback, "
-        f"created_at, task_backend) VALUES {', '.join(rows_sql)} {on_conflict} "
-        f"RETURNING {_INSERTED_RETURNING}{notify}",
-        params,
+        f"created_at, task_backend) VALUES {rows_sql} {on_conflict} "
+        f"RETURNING {_INSERTED_RETURNING}{notify}"
     )
-    return _inserted_jobs(using, chunk, cursor.fetchall(), keyed)
 
 
 # The columns an insert returns: what the database chose. The rest of each Job
-# comes from what was inserted (``rows.job_from_values``), which spares reading
+# comes from what was inserted (``rows.jobs_from_values``), which spares reading
 # every column of every row back and converting it.
 _INSERTED_RETURNING = "id, run_at, created_at, unique_key"
 
 
-def _insert_chunk_postgresql(using: str, cursor: CursorWrapper, chunk: Sequence[NewJob]) -> list[Job]:
+def _insert_chunk_postgresql(
+    connection: BaseDatabaseWrapper, cursor: CursorWrapper, chunk: Sequence[NewJob]
+) -> list[Job]:
     """Insert ``chunk`` with one statement whose parameters are one array per column.
 
-    A handful of parameters however many rows, instead of one per value: the
-    driver has no placeholders to splice and the server no long text to parse,
-    which makes an ``enqueue_many`` of thousands of jobs several times faster.
+    A handful of parameters however many rows, bound by the server
+    (``native.bound_cursor``): no long SQL text to build or parse. The path of a
+    batch that holds unique keys, which ``ON CONFLICT`` arbitrates.
     """
     keyed = any(new.unique_key is not None for new in chunk)
     on_conflict = (
@@ -167,8 +195,10 @@ def _insert_chunk_postgresql(using: str, cursor: CursorWrapper, chunk: Sequence[
         "SELECT u.name, u.queue, u.payload, u.priority, 'ready', 0, u.max_attempts, u.visibility_timeout, "
         "COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', now(), "
         "u.task_backend "
-        "FROM unnest(%s::text[], %s::text[], %s::jsonb[], %s::smallint[], %s::integer[], "
-        "%s::double precision[], %s::timestamptz[], %s::double precision[], %s::text[], %s::text[]) "
+        # run_at travels as text: a naive datetime (USE_TZ off) then means the
+        # session's time zone, as a naive parameter always has.
+        "FROM unnest(%s::text[], %s::text[], %s::text[]::jsonb[], %s::smallint[], %s::integer[], "
+        "%s::double precision[], %s::text[]::timestamptz[], %s::double precision[], %s::text[], %s::text[]) "
         "WITH ORDINALITY AS u(name, queue, payload, priority, max_attempts, visibility_timeout, run_at, "
         "delay, unique_key, task_backend, position) "
         # Ids are drawn in this order: sorting the returned rows by id restores the chunk's.
@@ -180,16 +210,18 @@ def _insert_chunk_postgresql(using: str, cursor: CursorWrapper, chunk: Sequence[
             [new.priority for new in chunk],
             [new.max_attempts for new in chunk],
             [new.visibility_timeout for new in chunk],
-            [new.run_at for new in chunk],
+            [None if new.run_at is None else new.run_at.isoformat() for new in chunk],
             [new.delay for new in chunk],
             [new.unique_key for new in chunk],
             [new.task_backend for new in chunk],
         ],
     )
-    return _inserted_jobs(using, chunk, cursor.fetchall(), keyed)
+    return _inserted_jobs(connection, chunk, fetchall(connection, cursor), keyed)
 
 
-def _inserted_jobs(using: str, chunk: Sequence[NewJob], returned: list[Any], keyed: bool) -> list[Job]:
+def _inserted_jobs(
+    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], returned: list[Any], keyed: bool
+) -> list[Job]:
     """The jobs of ``chunk``, in its order, from the rows its insert returned (``_INSERTED_RETURNING``)."""
     # Ids grow in the order the rows were inserted; sorting restores that order.
     rows = sorted(returned)
@@ -203,32 +235,43 @@ def _inserted_jobs(using: str, chunk: Sequence[NewJob], returned: list[Any], key
             if new.unique_key is not None:
                 first_of_key.setdefault(new.unique_key, new)
         sources = [next(unkeyed) if row[3] is None else first_of_key[row[3]] for row in rows]
-    inserted = [
-        job_from_values(
-            using,
+    # PostgreSQL's rows come from native.bound_cursor: aware datetimes, as psycopg reads them.
+    as_read = _datetime_reader(connection)
+    inserted = jobs_from_values(
+        connection.alias,
+        (
             {
                 "id": row[0],
                 "name": new.name,
                 "queue": new.queue,
                 "payload": json.loads(new.payload_json),
                 "priority": new.priority,
-                "status": "ready",
                 "max_attempts": new.max_attempts,
                 "visibility_timeout": new.visibility_timeout,
-                "run_at": datetime_from_db(row[1]),
+                "run_at": as_read(row[1]),
                 "unique_key": row[3],
-                "created_at": datetime_from_db(row[2]),
+                "created_at": as_read(row[2]),
                 "task_backend": new.task_backend,
-            },
-        )
-        for new, row in zip(sources, rows, strict=True)
-    ]
+            }
+            for new, row in zip(sources, rows, strict=True)
+        ),
+        {"status": "ready"},
+    )
     if not keyed:
         return inserted
-    return _match_inserted(using, chunk, inserted)
+    return _match_inserted(connection, chunk, inserted)
 
 
-def _match_inserted(using: str, chunk: Sequence[NewJob], inserted: list[Job]) -> list[Job]:
+def _datetime_reader(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
+    """How a datetime of ``_INSERTED_RETURNING`` becomes the ORM's on ``connection``."""
+    if connection.vendor == "postgresql":
+        return functools.partial(datetime_as_read, connection)
+    return datetime_from_db
+
+
+def _match_inserted(
+    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], inserted: list[Job]
+) -> list[Job]:
     by_key = {job.unique_key: job for job in inserted if job.unique_key is not None}
     unkeyed = iter(job for job in inserted if job.unique_key is None)
     matched: list[Job] = []
@@ -237,13 +280,14 @@ def _match_inserted(using: str, chunk: Sequence[NewJob], inserted: list[Job]) ->
             matched.append(next(unkeyed))
         else:
             if new.unique_key not in by_key:
-                by_key[new.unique_key] = _live_job_for_key(using, new)
+                by_key[new.unique_key] = _live_job_for_key(connection, new)
             matched.append(by_key[new.unique_key])
     return matched
 
 
-def _live_job_for_key(using: str, new: NewJob) -> Job:
+def _live_job_for_key(connection: BaseDatabaseWrapper, new: NewJob) -> Job:
     """Return the live job holding ``new.unique_key``, inserting ``new`` if it has gone."""
+    using = connection.alias
     cursor, _ = _cursor(using)
     for _attempt in range(10):
         cursor.execute(
@@ -255,10 +299,165 @@ def _live_job_for_key(using: str, new: NewJob) -> Job:
             return job_from_row(using, row)
         # The holder finished between our insert and this read: try the insert again.
         with transaction.atomic(using=using):
-            again = _insert_chunk(using, connections[using].ops, [new])
+            again = _insert_chunk(connection, [new])
         if again:
             return again[0]
     raise RuntimeError(f"unique_key {new.unique_key!r} kept changing hands; enqueue again")
+
+
+def _copyable(new_jobs: Sequence[NewJob]) -> bool:
+    """True for a batch that ``_copy_jobs`` can write: no key to arbitrate, no naive run_at."""
+    # A naive run_at (USE_TZ off) means the session's time zone; the INSERT path lets PostgreSQL place it.
+    return not any(
+        new.unique_key is not None or (new.run_at is not None and new.run_at.utcoffset() is None)
+        for new in new_jobs
+    )
+
+
+# The smallest batch written with COPY on PostgreSQL: below some 15 rows, its
+# fixed cost (a transaction and three more round trips) outweighs one INSERT's.
+COPY_MIN_ROWS = 16
+
+# What COPY writes of each job, in binary, and each column's type. The other
+# columns take their database defaults (NULL; worker_ids '[]'), as on the
+# INSERT path; unique_key is NULL, a batch with keys goes the INSERT way.
+_COPY_COLUMNS = (
+    ("id", "int8"),
+    ("name", "varchar"),
+    ("queue", "varchar"),
+    # jsonb's binary input is a version byte and the JSON text: sent as bytes, the text is not re-encoded.
+    ("payload", "bytea"),
+    ("priority", "int2"),
+    ("status", "varchar"),
+    ("attempts", "int4"),
+    ("max_attempts", "int4"),
+    ("visibility_timeout", "float8"),
+    ("run_at", "timestamptz"),
+    ("claim_token", "int8"),
+    ("last_error", "text"),
+    ("last_traceback", "text"),
+    ("created_at", "timestamptz"),
+    ("task_backend", "varchar"),
+)
+_COPY_SQL = f"COPY {JOB} ({', '.join(column for column, _ in _COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+_JSONB_VERSION = b"\x01"
+
+# A batch's ids, clock and wake-ups in one round trip. The ids come from the
+# id column's own sequence (an identity GENERATED BY DEFAULT, so explicit ids
+# are accepted), as many as rows; now() is the transaction's, as on the INSERT
+# path. Each queue is notified once; like every notification, it is sent when
+# the transaction commits, after the COPY, and dropped if it rolls back.
+_PREPARE_COPY = (
+    "SELECT now(), "
+    "(SELECT array_agg(nextval((SELECT pg_get_serial_sequence(%s, %s)::regclass))) "
+    "FROM generate_series(1, %s)), "
+    "(SELECT count(pg_notify(%s, queue)) FROM unnest(%s::text[]) AS queue)"
+)
+
+
+def _copy_jobs(connection: BaseDatabaseWrapper, new_jobs: Sequence[NewJob]) -> list[Job]:
+    """Insert ``new_jobs`` (no unique_key among them) with one binary COPY; return them in order.
+
+    The rows are those the INSERT path writes: ids from the table's sequence,
+    growing in list order; ``created_at`` the transaction's now() and
+    ``run_at`` the job's own or that now() plus its delay, so every time is the
+    database's clock. One transaction (the caller's, if there is one), so the
+    jobs exist if and only if it commits; each queue is notified once, on commit.
+    """
+    using = connection.alias
+    with transaction.atomic(using=using):
+        cursor = bound_cursor(connection)
+        queues = sorted({new.queue for new in new_jobs})
+        cursor.execute(_PREPARE_COPY, [JOB, Job._meta.pk.column, len(new_jobs), NOTIFY_CHANNEL, queues])
+        now, ids, _notified = cursor.fetchone()
+        ids.sort()
+        clock = _BatchClock(connection, now)
+        run_ats = [clock.run_at(new) for new in new_jobs]
+        with _logged(cursor, _COPY_SQL), connection.wrap_database_errors, cursor.copy(_COPY_SQL) as copy:
+            copy.set_types([kind for _, kind in _COPY_COLUMNS])
+            write = copy.write_row
+            for job_id, new, run_at in zip(ids, new_jobs, run_ats, strict=True):
+                write(
+                    (
+                        job_id,
+                        new.name,
+                        new.queue,
+                        _JSONB_VERSION + new.payload_json.encode(),
+                        new.priority,
+                        "ready",
+                        0,
+                        new.max_attempts,
+                        new.visibility_timeout,
+                        run_at,
+                        0,
+                        "",
+                        "",
+                        now,
+                        new.task_backend,
+                    )
+                )
+            # Built while the server still indexes the last rows sent.
+            jobs = _copied_jobs(using, clock, ids, new_jobs, run_ats)
+    return jobs
+
+
+def _copied_jobs(
+    using: str, clock: _BatchClock, ids: list[int], new_jobs: Sequence[NewJob], run_ats: list[datetime]
+) -> list[Job]:
+    as_read, loads = clock.as_read, json.loads
+    return jobs_from_values(
+        using,
+        (
+            {
+                "id": job_id,
+                "name": new.name,
+                "queue": new.queue,
+                "payload": loads(new.payload_json),
+                "priority": new.priority,
+                "max_attempts": new.max_attempts,
+                "visibility_timeout": new.visibility_timeout,
+                "run_at": as_read(run_at),
+                "task_backend": new.task_backend,
+            }
+            for job_id, new, run_at in zip(ids, new_jobs, run_ats, strict=True)
+        ),
+        {"status": "ready", "created_at": clock.as_read(clock.now)},
+    )
+
+
+class _BatchClock:
+    """A batch's times, all reckoned from one reading of the database's clock."""
+
+    def __init__(self, connection: BaseDatabaseWrapper, now: datetime) -> None:
+        self.now = now
+        self._connection = connection
+        # Delays are added in UTC: in a zone with daylight saving, a day is not always 24 hours.
+        self._now_utc = now.astimezone(UTC)
+        self._run_at_after: dict[float, datetime] = {0.0: now}
+        self._read: dict[datetime, datetime] = {}
+
+    def run_at(self, new: NewJob) -> datetime:
+        """The ``run_at`` written for ``new``: its own, or now plus its delay."""
+        if new.run_at is not None:
+            return new.run_at
+        run_at = self._run_at_after.get(new.delay)
+        if run_at is None:
+            run_at = self._run_at_after[new.delay] = self._now_utc + timedelta(seconds=new.delay)
+        return run_at
+
+    def as_read(self, value: datetime) -> datetime:
+        """``value`` as the ORM would read it back (``rows.datetime_as_read``); a batch has few."""
+        read = self._read.get(value)
+        if read is None:
+            read = self._read[value] = datetime_as_read(self._connection, value)
+        return read
+
+
+def _logged(cursor: CursorWrapper, sql: str) -> AbstractContextManager[None]:
+    """Log ``sql`` with the queries (``DEBUG``, ``CaptureQueriesContext``) as Django logs its own."""
+    if isinstance(cursor, CursorDebugWrapper):
+        return cursor.debug_sql(sql)
+    return nullcontext()
 
 
 # -- claim -------------------------------------------------------------------
@@ -279,7 +478,79 @@ def claim(
     deadline of now + ``visibility_timeout`` (or the job's own timeout); its
     ``started_at`` (first claim only) and ``last_attempted_at`` become now.
     """
+    return claim_round(using, worker_id, [], True, queue_limits, limit, visibility_timeout)[1]
+
+
+def claim_round(
+    using: str,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int | None,
+    visibility_timeout: float | None,
+) -> tuple[set[tuple[int, int]], list[Job]]:
+    """``complete_many(completions)`` then ``claim(...)`` (skipped when ``limit`` is 0), atomically.
+
+    A worker's round: its finished jobs and the claims of the slots they free
+    in one commit. On PostgreSQL that is one statement, and so one round trip
+    and no ``BEGIN`` / ``COMMIT`` of its own; on SQLite, one transaction.
+    """
+    dialect = dialect_for(connections[using])
+    claim_args = (worker_id, queue_limits, limit, visibility_timeout)
+    if dialect.vendor != "postgresql":
+        if not completions:
+            return set(), _claim_sqlite(using, *claim_args) if limit != 0 else []
+        with transaction.atomic(using=using):
+            done = complete_many(using, worker_id, completions, keep)
+            claimed = _claim_sqlite(using, *claim_args) if limit != 0 else []
+        return done, claimed
+    if limit == 0:
+        return complete_many(using, worker_id, completions, keep), []
+    sql, params = _claim_statement(POSTGRESQL, *claim_args)
+    if completions:
+        # One statement for both, one result set: the claimed rows, then a row per ack marked by its status.
+        ack_sql, ack_params = _complete_statement_postgresql(worker_id, completions, keep)
+        sql = (
+            f"WITH acked AS ({ack_sql}), claimed AS ({sql}) "
+            f"SELECT {JOB_COLUMNS_SQL} FROM claimed UNION ALL SELECT {_ACKED_COLUMNS_SQL} FROM acked"
+        )
+        params = ack_params + params
+    rows = fetch_all(using, sql, params)
+    acked = {(row[0], row[_TOKEN_INDEX]) for row in rows if row[_STATUS_INDEX] == "acked"}
+    claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] != "acked"])
+    return acked, sorted(claimed, key=claim_order)
+
+
+# An ack's row in the claim round's result: its id and claim token, 'acked' as its status.
+_STATUS_INDEX, _TOKEN_INDEX = JOB_COLUMNS.index("status"), JOB_COLUMNS.index("claim_token")
+_ACKED_COLUMNS_SQL = ", ".join(
+    {"id": "id", "claim_token": "claim_token", "status": "'acked'"}.get(column, "NULL")
+    for column in JOB_COLUMNS
+)
+
+
+def _claim_sqlite(
+    using: str,
+    worker_id: str,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int | None,
+    visibility_timeout: float | None,
+) -> list[Job]:
     cursor, dialect = _cursor(using)
+    sql, params = _claim_statement(dialect, worker_id, queue_limits, limit, visibility_timeout)
+    cursor.execute(sql, params)
+    return sorted(jobs_from_rows(using, cursor.fetchall()), key=claim_order)
+
+
+def _claim_statement(
+    dialect: Dialect,
+    worker_id: str,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int | None,
+    visibility_timeout: float | None,
+) -> tuple[str, list[Any]]:
+    """The claim's ``UPDATE … RETURNING`` every column (see ``claim``)."""
     # The SET clause's: owner, deadline, and the owner again for a Task job's worker_ids.
     params: list[Any] = [worker_id, visibility_timeout, worker_id]
     due = f"status = 'ready' AND run_at <= {dialect.now}"
@@ -298,19 +569,20 @@ def claim(
         if limit is not None:
             picked += f" ORDER BY {CLAIM_ORDER} LIMIT %s"
             params.append(limit)
-    deadline = dialect.now_plus("COALESCE(%s, visibility_timeout)")
+    # A typed parameter: psycopg's server-side binding needs one where the value may be None.
+    seconds = "CAST(%s AS double precision)" if dialect.vendor == "postgresql" else "%s"
+    deadline = dialect.now_plus(f"COALESCE({seconds}, visibility_timeout)")
     # A Task job keeps its worker per attempt (TaskResult.worker_ids); a @job job does not pay for it.
     worker_ids = (
         f"CASE WHEN task_backend = '' THEN worker_ids ELSE {dialect.json_push('worker_ids', '%s')} END"
     )
-    cursor.execute(
+    sql = (
         f"UPDATE {JOB} SET status = 'running', attempts = attempts + 1, "
         f"claim_token = claim_token + 1, locked_by = %s, locked_until = {deadline}, "
         f"started_at = COALESCE(started_at, {dialect.now}), last_attempted_at = {dialect.now}, "
-        f"worker_ids = {worker_ids} WHERE id IN ({picked}) RETURNING {JOB_COLUMNS_SQL}",
-        params,
+        f"worker_ids = {worker_ids} WHERE id IN ({picked}) RETURNING {JOB_COLUMNS_SQL}"
     )
-    return sorted(jobs_from_rows(using, cursor.fetchall()), key=claim_order)
+    return sql, params
 
 
 # -- completions ---------------------------------------------------------------
@@ -341,10 +613,13 @@ def complete_many(
     token: a claim that expired and was re-claimed, or whose job was cancelled,
     is left alone and not returned.
     """
+    if not completions:
+        return set()
+    if connections[using].vendor == "postgresql":
+        sql, params = _complete_statement_postgresql(worker_id, completions, keep)
+        return {(row[0], row[1]) for row in fetch_all(using, sql, params)}
     cursor, dialect = _cursor(using)
     done: set[tuple[int, int]] = set()
-    # A literal cast on PostgreSQL: a CASE of untyped parameters would be text, not jsonb.
-    json_param = "CAST(%s AS jsonb)" if dialect.vendor == "postgresql" else "%s"
     for chunk in batched(completions, INSERT_CHUNK):
         pairs = ", ".join(["(%s, %s)"] * len(chunk))
         fence_params: list[Any] = [worker_id]
@@ -355,7 +630,7 @@ def complete_many(
             result_sql, result_params = "NULL", []
             if results:
                 # By claim, not by id: a stale ack of the same job in this batch must not lend its result.
-                whens = " ".join(f"WHEN id = %s AND claim_token = %s THEN {json_param}" for _ in results)
+                whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
                 result_sql = f"CASE {whens} END"
                 result_params = [value for completion in results for value in completion]
             cursor.execute(
@@ -367,6 +642,30 @@ def complete_many(
             cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING id, claim_token", fence_params)
         done.update((row[0], row[1]) for row in cursor.fetchall())
     return done
+
+
+def _complete_statement_postgresql(
+    worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool
+) -> tuple[str, list[Any]]:
+    """``complete_many``'s statement on PostgreSQL: the batch as three arrays, however long it is."""
+    ids = [job_id for job_id, _token, _result in completions]
+    tokens = [token for _job_id, token, _result in completions]
+    fence = f"{JOB}.status = 'running' AND {JOB}.locked_by = %s"
+    if keep:
+        # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
+        sql = (
+            f"UPDATE {JOB} SET status = 'done', finished_at = now(), locked_until = NULL, "
+            "result = acks.result FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) "
+            f"AS acks(id, claim_token, result) WHERE {JOB}.id = acks.id "
+            f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {JOB}.id, {JOB}.claim_token"
+        )
+        return sql, [ids, tokens, [result for _job_id, _token, result in completions], worker_id]
+    sql = (
+        f"DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
+        f"WHERE {JOB}.id = acks.id "
+        f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {JOB}.id, {JOB}.claim_token"
+    )
+    return sql, [ids, tokens, worker_id]
 
 
 def retry_later(using: str, fence: Fence, delay: float, error: str, traceback: str) -> bool:

@@ -8,12 +8,16 @@ PostgreSQL and SQLite.
 from __future__ import annotations
 
 import json
+import zoneinfo
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.utils.dateparse import parse_datetime
 
 from ..models import Job
@@ -25,6 +29,8 @@ _JOB_ATTNAMES = [field.attname for field in JOB_FIELDS]
 
 
 def _to_json(value: Any) -> Any:
+    if value == "[]":  # a job's worker_ids, most often: no need to parse it
+        return []
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
@@ -64,11 +70,75 @@ def job_from_row(using: str, row: Sequence[Any]) -> Job:
     values = list(row)
     for index, convert in _CONVERTERS:
         values[index] = convert(values[index])
-    return Job.from_db(using, _JOB_ATTNAMES, values)
+    return loaded_job(using, values)
 
 
 def jobs_from_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job]:
     return [job_from_row(using, row) for row in rows]
+
+
+_JSON_INDEXES = [index for index, f in enumerate(JOB_FIELDS) if isinstance(f, models.JSONField)]
+_DATETIME_INDEXES = [index for index, f in enumerate(JOB_FIELDS) if isinstance(f, models.DateTimeField)]
+
+
+def jobs_from_native_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job]:
+    """``jobs_from_rows`` for rows of every Job column read by ``native.bound_cursor``.
+
+    psycopg reads datetimes aware in the session's time zone, which is the
+    ORM's own under ``USE_TZ`` (UTC, as Django sets it): then only the JSON
+    columns that came as text need converting.
+    """
+    rows = list(rows)
+    if not rows:
+        return []
+    connection = connections[using]
+    run_at = rows[0][_RUN_AT_INDEX]
+    ready = settings.USE_TZ and run_at.tzinfo == connection.timezone
+    build = _job_builder(using)
+    jobs = []
+    for row in rows:
+        values = list(row)
+        for index in _JSON_INDEXES:
+            values[index] = _to_json(values[index])
+        if not ready:
+            for index in _DATETIME_INDEXES:
+                if values[index] is not None:
+                    values[index] = datetime_as_read(connection, values[index])
+        jobs.append(build(values))
+    return jobs
+
+
+_RUN_AT_INDEX = JOB_COLUMNS.index("run_at")
+
+
+def loaded_job(using: str, values: list[Any]) -> Job:
+    """``Job.from_db(using, <every field>, values)``, without a ``setattr`` per field."""
+    return _job_builder(using)(values)
+
+
+def _job_builder(using: str) -> Callable[[list[Any]], Job]:
+    """What builds a ``Job`` loaded from ``using`` out of every field's value, in field order.
+
+    A worker builds one for every job it claims, and ``Model.__init__`` is most
+    of ``from_db``'s cost. The instance built here is the one ``from_db`` makes:
+    the same attributes, loaded from ``using``. Where ``pre_init`` or
+    ``post_init`` has a receiver for ``Job``, ``from_db`` itself runs, so that
+    they are sent.
+    """
+    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+        return lambda values: Job.from_db(using, _JOB_ATTNAMES, values)
+
+    def build(values: list[Any]) -> Job:
+        job = Job.__new__(Job)
+        state = ModelState()
+        state.adding = False
+        state.db = using
+        attributes = job.__dict__
+        attributes["_state"] = state
+        attributes.update(zip(_JOB_ATTNAMES, values, strict=True))
+        return job
+
+    return build
 
 
 def claim_order(job: Job) -> tuple[int, datetime, int]:
@@ -85,6 +155,9 @@ def _default_maker(field: models.Field[Any, Any]) -> Callable[[], Any] | None:
 _NEW_JOB_TEMPLATE = [field.get_default() for field in JOB_FIELDS]
 _NEW_JOB_FRESH = [(index, make) for index, f in enumerate(JOB_FIELDS) if (make := _default_maker(f))]
 _ATTNAME_INDEX = {attname: index for index, attname in enumerate(_JOB_ATTNAMES)}
+_NEW_JOB_DEFAULTS = dict(zip(_JOB_ATTNAMES, _NEW_JOB_TEMPLATE, strict=True))
+# What get_default() calls for a callable default (dict, list), called directly.
+_NEW_JOB_FRESH_BY_NAME = [(f.attname, f.default) for f in JOB_FIELDS if _default_maker(f)]
 
 
 def job_from_values(using: str, values: dict[str, Any]) -> Job:
@@ -94,9 +167,57 @@ def job_from_values(using: str, values: dict[str, Any]) -> Job:
     only what the database chose (id, times) and fills in the rest. Fields not
     in ``values`` hold their model default, which is what the insert wrote.
     """
+    return jobs_from_values(using, [values])[0]
+
+
+def jobs_from_values(
+    using: str, rows: Iterable[dict[str, Any]], shared: dict[str, Any] | None = None
+) -> list[Job]:
+    """``job_from_values`` for each of ``rows``, the jobs of one insert, in its order.
+
+    ``shared`` holds the (immutable) values every row has. Each job is the
+    instance ``loaded_job`` makes, built from a dict instead of a full row: a
+    batch of thousands of jobs pays a few microseconds a job, and checks for
+    ``pre_init`` / ``post_init`` receivers once (where there are some,
+    ``loaded_job`` builds each job, so that they are sent).
+    """
+    shared = shared or {}
+    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+        return [loaded_job(using, _full_row({**shared, **values})) for values in rows]
+    template = {**_NEW_JOB_DEFAULTS, **shared}
+    fresh = [(attname, make) for attname, make in _NEW_JOB_FRESH_BY_NAME if attname not in shared]
+    jobs = []
+    for values in rows:
+        job = Job.__new__(Job)
+        state = ModelState()
+        state.adding = False
+        state.db = using
+        attrs = job.__dict__
+        attrs["_state"] = state
+        attrs.update(template)
+        for attname, make in fresh:
+            attrs[attname] = make()
+        attrs.update(values)
+        jobs.append(job)
+    return jobs
+
+
+def _full_row(values: dict[str, Any]) -> list[Any]:
     row = _NEW_JOB_TEMPLATE.copy()
     for index, make in _NEW_JOB_FRESH:
         row[index] = make()
     for attname, value in values.items():
         row[_ATTNAME_INDEX[attname]] = value
-    return Job.from_db(using, _JOB_ATTNAMES, row)
+    return row
+
+
+def datetime_as_read(connection: BaseDatabaseWrapper, value: datetime) -> datetime:
+    """An aware datetime as the ORM reads it back from the PostgreSQL ``connection``.
+
+    Under ``USE_TZ``, aware in the connection's time zone (UTC unless the
+    database sets its own ``TIME_ZONE``); without it, naive in ``TIME_ZONE``,
+    the session's time zone.
+    """
+    if connection.timezone is not None:
+        return value.astimezone(connection.timezone)
+    return value.astimezone(zoneinfo.ZoneInfo(connection.timezone_name)).replace(tzinfo=None)

@@ -30,6 +30,10 @@ MAX_PAYLOAD_DEPTH = 100
 
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_\-.:]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# The one JSON encoding of payloads and results: compact, non-ASCII kept as is,
+# NaN and Infinity refused. One encoder for every call spares json.dumps
+# building a new one each time it is given options.
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def check_name(name: object) -> str:
@@ -125,8 +129,9 @@ def encode_payload(payload: object, max_bytes: int) -> str:
     if not _is_flat_and_clean(payload):
         _check_json_value(payload, "payload")
     try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        size = len(text.encode("utf-8"))
+        text = _JSON.encode(payload)
+        # ASCII text is one byte a character; other text is measured (and checked) as UTF-8.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (ValueError, UnicodeEncodeError) as exc:
         raise JobPayloadError(f"payload cannot be stored as JSON: {exc}") from None
     if size > max_bytes:
@@ -140,7 +145,7 @@ def encode_result(result: object) -> str | None:
         return None
     _check_json_value(result, "result")
     try:
-        return json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return _JSON.encode(result)
     except (ValueError, UnicodeEncodeError) as exc:
         raise JobPayloadError(f"result cannot be stored as JSON: {exc}") from None
 

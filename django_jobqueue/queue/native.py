@@ -1,0 +1,125 @@
+"""psycopg's own cursor on Django's PostgreSQL connection, for the statements that run per job.
+
+Django's PostgreSQL cursor binds parameters on the client (each value quoted
+into the SQL text in Python), reads every timestamp through a loader written
+in Python, and prepares nothing. On the statements an enqueue or a worker's
+round runs, that costs more than the database does. ``bound_cursor`` is
+psycopg's plain cursor instead: the server binds the parameters, results come
+in binary (read by psycopg's C loaders), and, unless
+``JOBQUEUE["PREPARED_STATEMENTS"]`` is False, each statement is prepared once
+per connection. It is the same connection and the same transaction, inside
+Django's cursor wrapper: execute wrappers, the query log, the broken-transaction
+check and Django's exceptions apply to it as to any query.
+
+psycopg is imported on first use: a project on SQLite alone need not install it.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+from ..conf import jobqueue_settings
+
+# The psycopg cursor of each Django connection (one per thread), kept for its
+# next statement: a new cursor looks up its dumpers and loaders again, a fair
+# part of what one enqueue costs. It goes with the Django connection, and is
+# replaced when Django opens a new database connection.
+_bound_cursors: weakref.WeakKeyDictionary[BaseDatabaseWrapper, Any] = weakref.WeakKeyDictionary()
+
+# Django turns preparing off for the whole connection (prepare_threshold None);
+# this turns it on for the statements of ``bound_cursor`` alone, which ask for
+# it: a statement psycopg would run this many times before preparing it of its
+# own accord.
+PREPARE_ONLY_WHEN_ASKED = 2**62
+
+
+def bound_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
+    """A Django cursor on the PostgreSQL ``connection`` whose parameters the server binds.
+
+    Timestamps come back aware, as psycopg reads them (``rows.datetime_as_read``
+    turns them into the ORM's). Do not close it.
+    """
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    cursor = _bound_cursors.get(connection)
+    if cursor is None or cursor.closed or cursor.connection is not connection.connection:
+        with connection.wrap_database_errors:
+            cursor = _cursor_class()(connection.connection)
+        cursor.format = _binary()
+        _bound_cursors[connection] = cursor
+    if cursor.connection.prepare_threshold is None:
+        cursor.connection.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
+    connection.validate_thread_sharing()
+    # What connection.make_debug_cursor / make_cursor return, but for the query log's text.
+    wrapper = _BoundDebugCursor if connection.queries_logged else CursorWrapper
+    return wrapper(cursor, connection)
+
+
+def fetchall(connection: BaseDatabaseWrapper, cursor: CursorWrapper) -> list[Any]:
+    """``cursor.fetchall()``, without the wrapper function Django's cursor builds for each call."""
+    with connection.wrap_database_errors:
+        rows: list[Any] = cursor.cursor.fetchall()
+    return rows
+
+
+def fetch_all(using: str, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run one statement on the ``bound_cursor`` of ``using`` and return its rows."""
+    connection = connections[using]
+    cursor = bound_cursor(connection)
+    cursor.execute(sql, params)
+    return fetchall(connection, cursor)
+
+
+@functools.cache
+def _binary() -> Any:
+    import psycopg
+
+    return psycopg.pq.Format.BINARY
+
+
+@functools.cache
+def _cursor_class() -> type[Any]:
+    import psycopg  # here: a project on SQLite alone need not install it
+
+    class PreparingCursor(psycopg.Cursor[Any]):
+        """psycopg's cursor, preparing each statement unless ``PREPARED_STATEMENTS`` is False.
+
+        A pooler in transaction mode that does not track prepared statements
+        (PgBouncer before 1.21, or with ``max_prepared_statements = 0``) hands
+        each transaction to any server connection, where the statement may not
+        exist: the setting is for such a deployment.
+        """
+
+        def execute(
+            self, query: Any, params: Any = None, *, prepare: bool | None = None, **options: Any
+        ) -> Any:
+            if prepare is None:
+                prepare = jobqueue_settings.PREPARED_STATEMENTS is not False
+            return super().execute(query, params, prepare=prepare, **options)
+
+    return PreparingCursor
+
+
+class _BoundDebugCursor(CursorDebugWrapper):
+    """Logs each statement with its parameters quoted in, as Django does under server-side binding.
+
+    Django's own debug cursor reads the text back from the driver, which holds
+    none for a statement the server binds (or has prepared).
+    """
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        import psycopg
+
+        try:
+            text = self.db.ops.compose_sql(sql, params)
+        except psycopg.Error:  # a value the client cannot quote: the statement as written
+            text = sql
+        with self.debug_sql(text, params):
+            return CursorWrapper.execute(self, sql, params)
