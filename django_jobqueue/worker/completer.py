@@ -1,9 +1,12 @@
 """Batch the acks of a worker's slots, and commit them with the next claim.
 
 A slot that finished a job without querying the database (the executor acks
-any other job on the connection it used) hands its ack here and waits for the
-answer, so the job's claim stays in ``RunningJobs`` (heartbeat included) until
-the ack is committed, and a crash before that only makes the job run again.
+any other job on the connection it used) hands its ack here and goes on to its
+next job; the job's claim stays in ``RunningJobs`` (heartbeat included, its
+slot counted as taken) until the ack is committed, and a crash before that
+only makes the job run again. Once a batch is written the ``Reporter`` tells
+each ack's ``report`` how it went, which logs the job's outcome line (or
+wakes the slot of a Django Task, which waits for it).
 
 While the worker claims, the claiming loop takes the waiting acks and writes
 them in the transaction of its next claim (``QueueClient.ack_and_claim``): one
@@ -37,19 +40,32 @@ MAX_BATCH = 500
 IDLE_SLICE = 0.1
 
 
+# Told of an ack once its batch is written: whether the queue took it, or the error that stopped the batch.
+Report = Callable[[bool, "BaseException | None"], None]
+
+
 class PendingAck:
     """One slot's ack, waiting for the statement that writes it."""
 
-    def __init__(self, job: Job, result: Any) -> None:
+    __slots__ = ("job", "result", "report")
+
+    def __init__(self, job: Job, result: Any, report: Report) -> None:
         self.job = job
         self.result = result
+        self.report = report
+
+
+class _Answer:
+    """The report of one ack that its slot waits for."""
+
+    def __init__(self) -> None:
         self.acked = False
         self.error: BaseException | None = None
-        # A plain lock, held until settled: far cheaper per job than an Event's Condition.
+        # A plain lock, held until reported: far cheaper per job than an Event's Condition.
         self._unwritten = threading.Lock()
         self._unwritten.acquire()
 
-    def settle(self, acked: bool, error: BaseException | None = None) -> None:
+    def report(self, acked: bool, error: BaseException | None) -> None:
         self.acked, self.error = acked, error
         self._unwritten.release()
 
@@ -80,25 +96,33 @@ class Completer(Service):
         # Told of each batch written, before its slots are: runworker frees their slots at once.
         self.on_written = on_written
         self._pending: queue.SimpleQueue[PendingAck] = queue.SimpleQueue()
+        self.reporter = Reporter()
         self._accepting = True
         self._lock = threading.Lock()
 
-    def ack(self, job: Job, result: Any) -> bool:
-        """Ack ``job`` with ``result`` in the next batch; return False if its claim was no longer current.
+    def submit(self, job: Job, result: Any, report: Report) -> bool:
+        """Queue the ack of ``job`` for the next batch; ``report`` hears how it went once written.
 
-        Raise what the database raised if the batch could not be written. Once
-        the completer has stopped (a slot outliving the shutdown), the ack is
-        written by the calling thread itself.
+        The job stays claimed, heartbeat included, until then. Return False,
+        queueing nothing, once the completer has stopped (a slot outliving the
+        shutdown): the caller writes the ack itself.
         """
-        pending = PendingAck(job, result)
         with self._lock:
-            accepting = self._accepting
-            if accepting:
-                self._pending.put(pending)
-        if not accepting:
-            return self.client.ack(job, worker_id=self.worker_id, result=result)
+            if not self._accepting:
+                return False
+            self._pending.put(PendingAck(job, result, report))
         self.on_submitted()
-        return pending.wait()
+        return True
+
+    def ack(self, job: Job, result: Any) -> bool:
+        """Ack ``job`` with ``result`` in the next batch and wait; False if its claim was no longer current.
+
+        Raise what the database raised if the batch could not be written.
+        """
+        answer = _Answer()
+        if not self.submit(job, result, answer.report):
+            return self.client.ack(job, worker_id=self.worker_id, result=result)
+        return answer.wait()
 
     def take(self) -> list[PendingAck]:
         """Return the acks waiting now (at most ``MAX_BATCH``), for the caller to write and ``settle``."""
@@ -114,13 +138,14 @@ class Completer(Service):
         """Tell the slots of ``batch``, written, which of their acks the queue took."""
         if batch:
             self.on_written([pending.job for pending in batch])
-        for pending in batch:
-            pending.settle((pending.job.pk, pending.job.claim_token) in acked)
+            self.reporter.report(batch, acked, None)
 
     def fail(self, batch: list[PendingAck], error: BaseException) -> None:
         """Tell the slots of ``batch`` that writing it raised ``error``: their jobs run again later."""
-        for pending in batch:
-            pending.settle(False, error)
+        if batch:
+            # Their claims are left to expire, without a heartbeat.
+            self.on_written([pending.job for pending in batch])
+            self.reporter.report(batch, set(), error)
 
     def run(self) -> None:
         try:
@@ -154,3 +179,61 @@ class Completer(Service):
             self._accepting = False
         while batch := self.take():
             self._write(batch)
+
+
+class Reporter(Service):
+    """Hands each written ack's outcome to its ``report``, in a thread of its own.
+
+    A report logs the job's line, which costs about as much as the rest of the
+    job's round together: done here, it overlaps the claiming loop's next round
+    trip instead of delaying it. Until started, and once stopped, reports are
+    made by the caller.
+    """
+
+    name = "reporter"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._written: queue.SimpleQueue[tuple[list[PendingAck], set[tuple[int, int]], BaseException | None]]
+        self._written = queue.SimpleQueue()
+        self._running = False
+
+    def report(
+        self, batch: list[PendingAck], acked: set[tuple[int, int]], error: BaseException | None
+    ) -> None:
+        if self._running:
+            self._written.put((batch, acked, error))
+        else:
+            self._tell(batch, acked, error)
+
+    def start(self) -> None:
+        self._running = True
+        super().start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        super().stop(timeout)
+        self._running = False
+        self._tell_all()  # what came in after the thread's last look
+
+    def run(self) -> None:
+        while True:
+            try:
+                batch, acked, error = self._written.get(timeout=IDLE_SLICE)
+            except queue.Empty:
+                if self.stopping:
+                    return
+                continue
+            self._tell(batch, acked, error)
+
+    def _tell_all(self) -> None:
+        while True:
+            try:
+                batch, acked, error = self._written.get_nowait()
+            except queue.Empty:
+                return
+            self._tell(batch, acked, error)
+
+    @staticmethod
+    def _tell(batch: list[PendingAck], acked: set[tuple[int, int]], error: BaseException | None) -> None:
+        for pending in batch:
+            pending.report(error is None and (pending.job.pk, pending.job.claim_token) in acked, error)

@@ -44,13 +44,16 @@ The log line, on the ``django_jobqueue`` logger::
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
+from django.db.backends.signals import connection_created
 
 from .. import registry
 from ..exceptions import Fail, Retry, UnknownJobError
@@ -64,6 +67,8 @@ from .outage import DATABASE_ERRORS, close_connection
 logger = logging.getLogger(__name__)
 
 ACK, NACK, FAIL = "ack", "nack", "fail"
+# Executor.run's outcome for an ack handed to the completer, logged once the completer writes it.
+PENDING = "pending"
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
 
@@ -116,6 +121,42 @@ def _exception_name(exc: BaseException, qualified: bool) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+class _ThreadConnections(threading.local):
+    """What a thread knows of its own database connections, from ``connection_created``."""
+
+    def __init__(self) -> None:
+        self.holding = False  # it may hold an open connection
+        self.opened: list[str] = []  # aliases it opened since its current job started
+
+
+_this_thread = _ThreadConnections()
+
+
+def _note_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+    _this_thread.holding = True
+    _this_thread.opened.append(connection.alias)
+
+
+connection_created.connect(_note_connection, dispatch_uid="django_jobqueue.worker.executor")
+
+
+def close_held_connections() -> None:
+    """Django's ``close_old_connections``, skipped in a thread that holds none.
+
+    A slot calls it around every job, as Django does around every request:
+    connections past ``CONN_MAX_AGE``, or broken, are closed. Most jobs open
+    none, and looking through Django's per-thread connections costs more than
+    such a job does.
+    """
+    if not _this_thread.holding:
+        return
+    still_open = False
+    for connection in connections.all(initialized_only=True):
+        connection.close_if_unusable_or_obsolete()
+        still_open = still_open or connection.connection is not None
+    _this_thread.holding = still_open
+
+
 class QueryProbe:
     """An execute wrapper that notes whether a job ran a query on a connection."""
 
@@ -137,13 +178,21 @@ class Executor:
         self.completer = completer
 
     def run(self, job: Job) -> str:
-        """Run ``job``, record its outcome in the queue, log one line; return the outcome."""
-        close_old_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
+        """Run ``job``, record its outcome in the queue, log one line; return the outcome.
+
+        The outcome is ``PENDING`` when the ack went to the completer without
+        waiting: the job stays claimed until the completer writes it, and the
+        line is logged then.
+        """
+        close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
         started = time.monotonic()
         task_run = None
-        probe = QueryProbe()
+        # Whether the job queries the queue's database: a thread that holds no connection
+        # learns it from the connection the job opens; one that holds one watches its queries.
+        probe = QueryProbe() if _this_thread.holding else None
+        _this_thread.opened = []
         try:
-            with connections[self.client.using].execute_wrapper(probe):
+            with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
                 if job.task_backend:
                     # A Django Task (the one job found by its path, and only if it is a Task).
                     from .tasks import TaskRun
@@ -157,11 +206,20 @@ class Executor:
         except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
             verdict = verdict_for(exc, qualified=bool(job.task_backend))
         duration = time.monotonic() - started
-        outcome = self._record(job, verdict, probe.queried)
+        queried = probe.queried if probe else self.client.using in _this_thread.opened
+        if (
+            verdict.action == ACK
+            and task_run is None
+            and not queried
+            and self._ack_later(job, verdict, duration)
+        ):
+            close_held_connections()
+            return PENDING
+        outcome = self._record(job, verdict, queried)
         self._log(job, duration, outcome, verdict.error)
         if task_run is not None:
             task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
-        close_old_connections()
+        close_held_connections()
         return outcome
 
     def hand_back(self, job: Job) -> str:
@@ -188,6 +246,20 @@ class Executor:
             return func(JobContext(job, self.worker_id, self.client), **job.payload)
         return func(**job.payload)
 
+    def _ack_later(self, job: Job, verdict: Verdict, duration: float) -> bool:
+        """Hand the ack to the completer, which logs the outcome once it is written; False if it cannot."""
+        if self.completer is None:
+            return False
+
+        def report(acked: bool, error: BaseException | None) -> None:
+            if error is None:
+                self._log(job, duration, "done" if acked else "lost", "")
+            else:
+                self._log_unrecorded(job, error)
+                self._log(job, duration, "unrecorded", "")
+
+        return self.completer.submit(job, verdict.result, report)
+
     def _record(self, job: Job, verdict: Verdict, queried: bool = False) -> str:
         try:
             if verdict.action == ACK:
@@ -212,17 +284,20 @@ class Executor:
             )
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            logger.error(
-                "job %s id=%s: could not record its outcome (%s: %s); it is run again when its claim expires",
-                job.name,
-                job.pk,
-                type(exc).__name__,
-                str(exc).strip(),
-            )
+            self._log_unrecorded(job, exc)
             return "unrecorded"
         if not nacked:
             return "lost"
         return "dead" if job.attempts >= job.max_attempts else "retry"
+
+    def _log_unrecorded(self, job: Job, exc: BaseException) -> None:
+        logger.error(
+            "job %s id=%s: could not record its outcome (%s: %s); it is run again when its claim expires",
+            job.name,
+            job.pk,
+            type(exc).__name__,
+            str(exc).strip(),
+        )
 
     def _log(self, job: Job, duration: float, outcome: str, error: str) -> None:
         level = {"done": logging.INFO, "released": logging.INFO, "dead": logging.ERROR}.get(

@@ -37,7 +37,7 @@ from django.db import connections
 from ..models import Job
 from ..queue import QueueClient
 from .completer import Completer, PendingAck
-from .executor import Executor
+from .executor import PENDING, Executor
 from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage
 from .running import RunningJobs
@@ -164,6 +164,7 @@ class Supervisor:
             slot = threading.Thread(target=self._slot, name=f"jobqueue-slot-{number}", daemon=True)
             slot.start()
             self._slots.append(slot)
+        self.completer.reporter.start()
         self.heartbeat.start()
         self.ticker.start()
         self.wakeup.start()
@@ -244,7 +245,7 @@ class Supervisor:
             self._handoff.put(job)
         self.started += len(claimed)
         if claimed:
-            self.heartbeat.nudge()
+            self.heartbeat.nudge_for(claimed)
         if self.shares is None or plan is None:
             return claimed, len(claimed) == free
         return claimed, self.shares.record(plan, claimed)
@@ -260,14 +261,16 @@ class Supervisor:
     def _slot(self) -> None:
         try:
             while (job := self._handoff.get()) is not None:
+                outcome = None
                 try:
                     if self._signalled.is_set():
-                        self.executor.hand_back(job)
+                        outcome = self.executor.hand_back(job)
                     else:
-                        self.executor.run(job)
+                        outcome = self.executor.run(job)
                 finally:
-                    # An ack written with a claim freed its slot already; anything else frees it here.
-                    if self.running.remove(job):
+                    # An ack batched with a claim frees its job's slot once written (_acks_written);
+                    # anything else frees it here.
+                    if outcome != PENDING and self.running.remove(job):
                         self.wakeup.wake()
         finally:
             connections.close_all()
@@ -294,6 +297,7 @@ class Supervisor:
         self.ticker.stop()
         # After the slots' last acks; a slot abandoned above acks on its own connection.
         self.completer.stop()
+        self.completer.reporter.stop()
         for _slot in self._slots:
             self._handoff.put(None)
         # Slots still running a handed-back job are abandoned, not waited for.
