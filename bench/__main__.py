@@ -31,7 +31,7 @@ FULL = {
     "backlog_jobs": 1_000_000,
     "pickup_jobs": 200,
     "pickup_gap": 0.02,
-    "concurrencies": [1, 8, 32, 100],
+    "concurrencies": [1, 8, 32, 100, 200],
     "sqlite_concurrencies": [1, 8, 32],
 }
 QUICK = {

@@ -102,7 +102,15 @@ def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
             )
         )
     rows += [
-        Row(f"drain, --concurrency {best}, KEEP_COMPLETED=0", "drain_best_delete", "raw_claim_ack_100", "/s"),
+        # KEEP_COMPLETED=0 is a documented setting too: the target is judged on it as well.
+        Row(
+            f"drain, --concurrency {best}, KEEP_COMPLETED=0",
+            "drain_best_delete",
+            "raw_claim_ack_100",
+            "/s",
+            "≥ 0.5×",
+            _ratio(0.5),
+        ),
         Row("raw claim + ack, batch 10", "raw_claim_ack_10", None, "/s"),
         Row(
             f"drain behind 1,000,000 vs 10,000 (c={best})",
