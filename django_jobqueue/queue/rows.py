@@ -125,20 +125,29 @@ def _job_builder(using: str) -> Callable[[list[Any]], Job]:
     ``post_init`` has a receiver for ``Job``, ``from_db`` itself runs, so that
     they are sent.
     """
-    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+    if _init_signals_listened():
         return lambda values: Job.from_db(using, _JOB_ATTNAMES, values)
 
     def build(values: list[Any]) -> Job:
-        job = Job.__new__(Job)
-        state = ModelState()
-        state.adding = False
-        state.db = using
-        attributes = job.__dict__
-        attributes["_state"] = state
-        attributes.update(zip(_JOB_ATTNAMES, values, strict=True))
+        job = _loaded_instance(using)
+        job.__dict__.update(zip(_JOB_ATTNAMES, values, strict=True))
         return job
 
     return build
+
+
+def _init_signals_listened() -> bool:
+    return pre_init.has_listeners(Job) or post_init.has_listeners(Job)
+
+
+def _loaded_instance(using: str) -> Job:
+    """A ``Job`` with no field set yet, in the state ``from_db`` leaves one in: loaded from ``using``."""
+    job = Job.__new__(Job)
+    state = ModelState()
+    state.adding = False
+    state.db = using
+    job.__dict__["_state"] = state
+    return job
 
 
 def claim_order(job: Job) -> tuple[int, datetime, int]:
@@ -182,18 +191,14 @@ def jobs_from_values(
     ``loaded_job`` builds each job, so that they are sent).
     """
     shared = shared or {}
-    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+    if _init_signals_listened():
         return [loaded_job(using, _full_row({**shared, **values})) for values in rows]
     template = {**_NEW_JOB_DEFAULTS, **shared}
     fresh = [(attname, make) for attname, make in _NEW_JOB_FRESH_BY_NAME if attname not in shared]
     jobs = []
     for values in rows:
-        job = Job.__new__(Job)
-        state = ModelState()
-        state.adding = False
-        state.db = using
+        job = _loaded_instance(using)
         attrs = job.__dict__
-        attrs["_state"] = state
         attrs.update(template)
         for attname, make in fresh:
             attrs[attname] = make()
