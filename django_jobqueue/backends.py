@@ -20,7 +20,7 @@ sets the same per task, and wins over the options.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -167,7 +167,7 @@ class JobQueueBackend(BaseTaskBackend):
             "max_attempts": self.task_option(task, "max_attempts"),
             "visibility_timeout": self.task_option(task, "visibility_timeout"),
         }
-        new_job = replace(prepare_job(task.module_path, payload, options), task_backend=self.alias)
+        new_job = prepare_job(task.module_path, payload, options)._replace(task_backend=self.alias)
         job = ops.insert_jobs(self.database, [new_job])[0]
         result = result_from_job(job, task)
         task_enqueued.send(type(self), task_result=result)

@@ -321,3 +321,56 @@ def test_returned_batch_jobs_save_and_refresh_like_loaded_ones(queue):
     assert made[2].payload == {"i": 2}
     made[0].save()  # a loaded instance: an UPDATE, not a second row
     assert Job.objects.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ({"x": float("nan")}, ValueError, r"item 450: payload\['x'\] is nan"),
+        ({"x": "\ud800"}, ValueError, "item 450: payload cannot be stored"),
+        ("not a dict", ValueError, "item 450: payload must be a JSON object"),
+    ],
+    ids=["nan", "lone-surrogate", "not-a-dict"],
+)
+def test_a_bad_item_deep_in_a_large_batch_writes_nothing(queue, bad, error, message):
+    # On PostgreSQL this batch streams through COPY while it is checked: the
+    # bad item aborts the COPY after 450 rows have left, and they roll back.
+    items: list[Any] = [("tests.noop", {"i": i}) for i in range(600)]
+    items[450] = ("tests.noop", bad)
+    with pytest.raises(error, match=message):
+        enqueue_many(items)
+    assert Job.objects.count() == 0
+    with transaction.atomic():
+        mine = enqueue("tests.noop", {"mine": True})
+        with pytest.raises(error, match=message):
+            enqueue_many(items)
+        # The caller's transaction goes on: its own job is there, and it can write more.
+        after = enqueue_many(items[:20])
+    assert sorted(Job.objects.values_list("pk", flat=True)) == sorted([mine.pk, *(job.pk for job in after)])
+
+
+def test_a_bad_option_deep_in_a_large_batch_writes_nothing_and_wakes_nobody(queue, listener):
+    items: list[Any] = [("tests.noop", {"i": i}, {"queue": "emails"}) for i in range(100)]
+    items[99] = ("tests.noop", {}, {"priority": 101})
+    with pytest.raises(ValueError, match="item 99: priority"):
+        enqueue_many(items)
+    items[99] = ("tests.noop", {}, {"colour": "red"})
+    with pytest.raises(TypeError, match="item 99: unknown enqueue option"):
+        enqueue_many(items)
+    assert Job.objects.count() == 0
+    assert received(listener) == []
+
+
+@pytest.mark.parametrize("copies", [1, 20])
+def test_a_batch_returns_payloads_of_its_own(queue, copies):
+    flat = {"user": "é", "n": 2**70, "x": 0.1, "ok": True, "none": None}
+    nested = {"to": ["a", "b"], "meta": {"k": (1, 2)}}
+    made = enqueue_many([("tests.noop", flat), ("tests.noop", nested)] * copies)
+    flat["user"] = "changed after the call"
+    nested["to"].append("c")
+    assert made[0].payload == {"user": "é", "n": 2**70, "x": 0.1, "ok": True, "none": None}
+    assert made[1].payload == {"to": ["a", "b"], "meta": {"k": [1, 2]}}  # as JSON gives it back
+    stored_as_returned(made)
+    if copies > 1:
+        made[0].payload["user"] = "one job's own"
+        assert made[2].payload["user"] == "é"

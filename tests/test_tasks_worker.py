@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from importlib.util import find_spec
 
 import pytest
@@ -25,7 +24,7 @@ FAST_BACKOFF = {"JOBQUEUE_BACKOFF_BASE": "0.05", "JOBQUEUE_BACKOFF_MAX": "0.2"}
 def marked_job(name: str, payload: dict, **options) -> Job:
     """A row marked as a task whatever its name says: what a worker must be careful with."""
     new_job = prepare_job(name, payload, options)
-    return ops.insert_jobs("default", [replace(new_job, task_backend="default")])[0]
+    return ops.insert_jobs("default", [new_job._replace(task_backend="default")])[0]
 
 
 def test_tasks_run_next_to_jobs_and_their_results_are_read_back(queue, start_worker, events_path, tmp_path):

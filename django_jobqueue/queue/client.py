@@ -7,8 +7,8 @@ statements in ``ops.py``; it holds no state of its own beyond the database alias
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
@@ -31,7 +31,7 @@ from .validation import (
     check_unique_key,
     check_worker_id,
     clean_text,
-    encode_payload,
+    encode_payload_and_copy,
     encode_result,
     to_seconds,
 )
@@ -63,15 +63,17 @@ class QueueClient:
     def push_many(
         self, items: Iterable[tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]]
     ) -> list[Job]:
-        """Enqueue ``(name, payload, options)`` triples in one batch; validate all first."""
-        preparer = JobPreparer()
-        prepared = []
-        for index, (name, payload, options) in enumerate(items):
-            try:
-                prepared.append(preparer.prepare(name, payload, options))
-            except (ValueError, TypeError) as exc:
-                raise type(exc)(f"item {index}: {exc}") from None
-        return ops.insert_jobs(self.using, prepared)
+        """Enqueue ``(name, payload, options)`` triples in one batch; a bad one writes nothing.
+
+        A batch that ``ops.copy_jobs`` writes is checked as it streams: a bad
+        item aborts the COPY and rolls it back. Any other batch is checked
+        whole before its first statement.
+        """
+        items = list(items)
+        prepared = _prepared(JobPreparer(), items)
+        if ops.copies(self.using, len(items)) and all(_copyable(options) for _, _, options in items):
+            return ops.copy_jobs(self.using, len(items), prepared)
+        return ops.insert_jobs(self.using, list(prepared))
 
     # -- claiming --------------------------------------------------------------
 
@@ -405,16 +407,10 @@ class JobPreparer:
         if not options and type(name) is str and name in self._plain:
             # The name and its defaults passed their checks before: the payload is all there is to check.
             queue, priority, max_attempts, visibility_timeout = self._plain[name]
+            text, copy = encode_payload_and_copy({} if payload is None else payload, self._max_payload_bytes)
+            # Positional, in NewJob's field order: the one path every job of a big batch takes.
             return ops.NewJob(
-                name=name,
-                queue=queue,
-                payload_json=encode_payload({} if payload is None else payload, self._max_payload_bytes),
-                priority=priority,
-                max_attempts=max_attempts,
-                visibility_timeout=visibility_timeout,
-                run_at=None,
-                delay=0.0,
-                unique_key=None,
+                name, queue, text, priority, max_attempts, visibility_timeout, None, 0.0, None, "", copy
             )
         new = self._resolve(name, payload, options)
         if not options:
@@ -433,16 +429,19 @@ class JobPreparer:
         if run_at is not None and delay is not None:
             raise ValueError("give run_at or delay, not both")
         unique_key = options.get("unique_key")
+        queue = self._option(name, spec, options, "queue")  # checked before the payload, as prepare_job does
+        text, copy = encode_payload_and_copy({} if payload is None else payload, self._max_payload_bytes)
         return ops.NewJob(
             name=name,
-            queue=self._option(name, spec, options, "queue"),
-            payload_json=encode_payload({} if payload is None else payload, self._max_payload_bytes),
+            queue=queue,
+            payload_json=text,
             priority=self._option(name, spec, options, "priority"),
             max_attempts=self._option(name, spec, options, "max_attempts"),
             visibility_timeout=self._option(name, spec, options, "visibility_timeout"),
             run_at=check_run_at(run_at) if run_at is not None else None,
             delay=to_seconds(delay, "delay") if delay is not None else 0.0,
             unique_key=check_unique_key(unique_key) if unique_key is not None else None,
+            payload=copy,
         )
 
     def _spec(self, name: object) -> registry.JobSpec | None:
@@ -464,6 +463,28 @@ class JobPreparer:
             default = getattr(spec, key) if spec is not None else None
             self._defaults[cache_key] = _DEFAULTED[key](self._settings[key] if default is None else default)
         return self._defaults[cache_key]
+
+
+def _prepared(
+    preparer: JobPreparer, items: Iterable[tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]]
+) -> Iterator[ops.NewJob]:
+    """Each item validated and filled in as it is asked for; an error names the item's index."""
+    for index, (name, payload, options) in enumerate(items):
+        try:
+            yield preparer.prepare(name, payload, options)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"item {index}: {exc}") from None
+
+
+def _copyable(options: Mapping[str, Any]) -> bool:
+    """False for the options of a job that ``ops.copy_jobs`` cannot write: a unique_key, a naive run_at."""
+    if not options:
+        return True
+    if not isinstance(options, Mapping):
+        return False  # the INSERT path's up-front check says what is wrong with it
+    run_at = options.get("run_at")
+    naive = isinstance(run_at, datetime) and run_at.utcoffset() is None
+    return options.get("unique_key") is None and not naive
 
 
 def _fence(job: JobRef, worker_id: str) -> ops.Fence:

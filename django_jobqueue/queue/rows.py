@@ -198,11 +198,13 @@ def jobs_from_values(
     jobs = []
     for values in rows:
         job = _loaded_instance(using)
-        attrs = job.__dict__
-        attrs.update(template)
+        # One copy of the template, then the job's own values: cheaper than filling the instance's dict.
+        attrs = template.copy()
+        attrs["_state"] = job._state
         for attname, make in fresh:
             attrs[attname] = make()
         attrs.update(values)
+        job.__dict__ = attrs
         jobs.append(job)
     return jobs
 

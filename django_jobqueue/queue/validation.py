@@ -1,8 +1,9 @@
-"""Checks on everything a caller hands to the queue, done before any SQL.
+"""Checks on everything a caller hands to the queue, done before its SQL.
 
 Each check raises ``ValueError`` (or ``JobPayloadError`` for payloads) with a
 message that names the bad value, so a bad call writes nothing and leaves the
-caller's transaction usable.
+caller's transaction usable. (A batch that streams through COPY is checked
+job by job as it goes; a bad job aborts the COPY, which rolls back.)
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # NaN and Infinity refused. One encoder for every call spares json.dumps
 # building a new one each time it is given options.
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+# The same encoding of a flat payload (no container inside, so no cycle to
+# watch for), called directly: JSONEncoder.encode builds this C encoder anew
+# for every call, half the cost of encoding a small payload. None where
+# CPython's accelerator is missing; _JSON does the work then.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_FLAT_JSON = (
+    _c_make_encoder(None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    if _c_make_encoder is not None
+    else None
+)
 
 
 def check_name(name: object) -> str:
@@ -124,19 +135,31 @@ def encode_payload(payload: object, max_bytes: int) -> str:
     cannot store them), no objects that a serializer would silently turn into
     something else.
     """
+    return encode_payload_and_copy(payload, max_bytes)[0]
+
+
+def encode_payload_and_copy(payload: object, max_bytes: int) -> tuple[str, dict[str, Any] | None]:
+    """``encode_payload``, and for a flat payload a copy of it: what decoding the text gives back.
+
+    A batch returns its jobs with their payloads as the database would return
+    them; for a flat payload (string keys to strings, numbers, booleans and
+    None) a shallow copy is that, for a tenth of the cost of decoding. None
+    for any other payload.
+    """
     if not isinstance(payload, dict):
         raise JobPayloadError(f"payload must be a JSON object (a dict), not {type(payload).__name__}")
-    if not _is_flat_and_clean(payload):
+    flat = _is_flat_and_clean(payload)
+    if not flat:
         _check_json_value(payload, "payload")
     try:
-        text = _JSON.encode(payload)
+        text = "".join(_FLAT_JSON(payload, 0)) if flat and _FLAT_JSON is not None else _JSON.encode(payload)
         # ASCII text is one byte a character; other text is measured (and checked) as UTF-8.
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (ValueError, UnicodeEncodeError) as exc:
         raise JobPayloadError(f"payload cannot be stored as JSON: {exc}") from None
     if size > max_bytes:
         raise JobPayloadError(f"payload is {size} bytes of JSON, more than MAX_PAYLOAD_BYTES ({max_bytes})")
-    return text
+    return text, dict(payload) if flat else None
 
 
 def encode_result(result: object) -> str | None:
