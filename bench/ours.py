@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from django.db import connection
+from django.utils import timezone
 
 from django_jobqueue import enqueue, enqueue_many
 from django_jobqueue.models import DeadLetter, Job, Worker
@@ -48,6 +49,27 @@ def enqueue_batch(count: int) -> float:
     started = time.perf_counter()
     enqueue_many(items)
     return count / (time.perf_counter() - started)
+
+
+def ready_rows(count: int) -> tuple[list[str], list[tuple[object, ...]]]:
+    """The columns and rows ``enqueue_many`` writes for ``count`` jobs (ids left to the table), ready-made."""
+    now = timezone.now()
+    row = {
+        "name": "bench.noop",
+        "queue": "default",
+        "priority": 0,
+        "status": "ready",
+        "attempts": 0,
+        "max_attempts": 3,
+        "visibility_timeout": 30.0,
+        "run_at": now,
+        "claim_token": 0,
+        "last_error": "",
+        "last_traceback": "",
+        "created_at": now,
+        "task_backend": "",
+    }
+    return [*row, "payload"], [(*row.values(), f'{{"i":{i}}}') for i in range(count)]
 
 
 def fill(count: int, seed: int = 10_000) -> None:
