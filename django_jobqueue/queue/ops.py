@@ -244,17 +244,9 @@ def _inserted_jobs(
         connection.alias,
         (
             {
-                "id": row[0],
-                "name": new.name,
-                "queue": new.queue,
-                "payload": _payload_of(new),
-                "priority": new.priority,
-                "max_attempts": new.max_attempts,
-                "visibility_timeout": new.visibility_timeout,
-                "run_at": as_read(row[1]),
+                **_inserted_values(new, row[0], as_read(row[1])),
                 "unique_key": row[3],
                 "created_at": as_read(row[2]),
-                "task_backend": new.task_backend,
             }
             for new, row in zip(sources, rows, strict=True)
         ),
@@ -308,9 +300,20 @@ def _live_job_for_key(connection: BaseDatabaseWrapper, new: NewJob) -> Job:
     raise RuntimeError(f"unique_key {new.unique_key!r} kept changing hands; enqueue again")
 
 
-def _payload_of(new: NewJob) -> dict[str, Any]:
-    """The payload of the Job returned for ``new``: as the database gives it back."""
-    return new.payload if new.payload is not None else json.loads(new.payload_json)
+def _inserted_values(new: NewJob, job_id: int, run_at: datetime) -> dict[str, Any]:
+    """The values of the Job returned for ``new``, inserted as ``job_id``, beyond those its batch shares."""
+    return {
+        "id": job_id,
+        "name": new.name,
+        "queue": new.queue,
+        # The payload as the database gives it back: a flat one's copy, or its JSON decoded.
+        "payload": new.payload if new.payload is not None else json.loads(new.payload_json),
+        "priority": new.priority,
+        "max_attempts": new.max_attempts,
+        "visibility_timeout": new.visibility_timeout,
+        "run_at": run_at,
+        "task_backend": new.task_backend,
+    }
 
 
 def copies(using: str, count: int) -> bool:
@@ -430,17 +433,7 @@ def _copied_rows(
             )
         )
         add_queue(new.queue)
-        yield {
-            "id": job_id,
-            "name": new.name,
-            "queue": new.queue,
-            "payload": _payload_of(new),
-            "priority": new.priority,
-            "max_attempts": new.max_attempts,
-            "visibility_timeout": new.visibility_timeout,
-            "run_at": as_read(run_at),
-            "task_backend": new.task_backend,
-        }
+        yield _inserted_values(new, job_id, as_read(run_at))
 
 
 class _BatchClock:
