@@ -127,19 +127,13 @@ def check_worker_id(worker_id: object) -> str:
     return worker_id
 
 
-def encode_payload(payload: object, max_bytes: int) -> str:
-    """Return ``payload`` as JSON text, or raise ``JobPayloadError`` saying what is wrong.
+def encode_payload_and_copy(payload: object, max_bytes: int) -> tuple[str, dict[str, Any] | None]:
+    """Return ``payload`` as JSON text, or raise ``JobPayloadError`` saying what is wrong; and a copy.
 
     A payload is a JSON object with string keys whose values JSON carries
     exactly: no NaN or Infinity (JSON has none), no NUL characters (PostgreSQL
     cannot store them), no objects that a serializer would silently turn into
     something else.
-    """
-    return encode_payload_and_copy(payload, max_bytes)[0]
-
-
-def encode_payload_and_copy(payload: object, max_bytes: int) -> tuple[str, dict[str, Any] | None]:
-    """``encode_payload``, and for a flat payload a copy of it: what decoding the text gives back.
 
     A batch returns its jobs with their payloads as the database would return
     them; for a flat payload (string keys to strings, numbers, booleans and
