@@ -866,15 +866,24 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
 
 
 def prune(using: str, older_than: float, batch: int = 5000) -> int:
-    """Delete done and cancelled jobs finished more than ``older_than`` seconds ago."""
+    """Delete done and cancelled jobs finished more than ``older_than`` seconds ago.
+
+    A job that another transaction is changing (an operator's *retry now*
+    making it live again) is left alone, without waiting for it; if it is
+    still finished, a later prune deletes it.
+    """
     cursor, dialect = _cursor(using)
+    finished = f"status IN ('done', 'cancelled') AND finished_at < {dialect.now_minus('%s')}"
     deleted = 0
     while True:
+        # The subquery reads a snapshot: without SKIP LOCKED and the guard
+        # repeated outside it, a row made live meanwhile was deleted once its
+        # lock was released, PostgreSQL re-checking only the outer WHERE.
+        # SKIP LOCKED also spares the tickers of other workers waiting on each other.
         cursor.execute(
-            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} "
-            f"WHERE status IN ('done', 'cancelled') AND finished_at < {dialect.now_minus('%s')} "
-            f"LIMIT %s)",
-            [older_than, batch],
+            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} WHERE {finished} "
+            f"LIMIT %s {dialect.skip_locked}) AND {finished}",
+            [older_than, batch, older_than],
         )
         deleted += cursor.rowcount
         if cursor.rowcount < batch:
