@@ -778,6 +778,12 @@ def _expired(dialect: Dialect) -> str:
     return f"status = 'running' AND locked_until < {dialect.now}"
 
 
+# In both statements below, SKIP LOCKED is the guard: the subquery locks each
+# row it picks after re-checking ``where`` on the row's newest version, so the
+# outer statement acts on rows nobody can change meanwhile, and a row that
+# another transaction holds (an ack committing) is passed over, not waited on.
+
+
 def _bury_expired(using: str) -> int:
     dialect = dialect_for(connections[using])
     where = f"{_expired(dialect)} AND attempts >= max_attempts"
@@ -826,6 +832,8 @@ def _move_to_dead_letters(
             params,
         )
         job_ids = [row[0] for row in cursor.fetchall()]
+        # Deleted by id alone: this transaction holds their locks (the SKIP LOCKED in
+        # ``where``, or ``lock``; on SQLite, the write lock) since it read them.
         for ids in batched(job_ids, INSERT_CHUNK):
             cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({', '.join(['%s'] * len(ids))})", ids)
     return len(job_ids)
