@@ -457,3 +457,15 @@ def test_prune_workers_spares_a_worker_whose_heartbeat_is_committing(queue, on_p
     assert raced.result == 0 and Worker.objects.filter(worker_id="w").exists()
     # One statement: it waits for the beat, then re-checks its own WHERE on the new row.
     assert raced.blocked == on_postgresql
+
+
+@pytest.mark.parametrize("queues", [(), ("default",)], ids=["every-queue", "by-queue"])
+def test_a_claim_never_takes_a_job_whose_cancel_is_committing(queue, job_factory, on_postgresql, queues):
+    job = job_factory()
+
+    raced = race(lambda: queue.cancel(job.pk), lambda: QueueClient().pull(*queues, worker_id="w"))
+
+    assert raced.result is None
+    row = fetch(job)
+    assert (row.status, row.attempts, row.locked_by) == ("cancelled", 0, None)
+    assert not raced.blocked and raced.overlapped == on_postgresql
