@@ -884,10 +884,10 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
     finished = f"status IN ('done', 'cancelled') AND finished_at < {dialect.now_minus('%s')}"
     deleted = 0
     while True:
-        # The subquery reads a snapshot: without SKIP LOCKED and the guard
-        # repeated outside it, a row made live meanwhile was deleted once its
-        # lock was released, PostgreSQL re-checking only the outer WHERE.
-        # SKIP LOCKED also spares the tickers of other workers waiting on each other.
+        # PostgreSQL re-checks a row changed meanwhile against the outer WHERE
+        # only, never the subquery's: SKIP LOCKED passes over a row that another
+        # transaction holds, and the guard repeated outside keeps a row made live
+        # from being deleted. SKIP LOCKED also keeps tickers from waiting on each other.
         cursor.execute(
             f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} WHERE {finished} "
             f"LIMIT %s {dialect.skip_locked}) AND {finished}",
