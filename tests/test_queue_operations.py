@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
+from tests.faults.row_locks import race
 
 from .conftest import received
 
@@ -203,3 +204,72 @@ def test_retried_dead_letters_wake_the_workers_of_their_queues(queue, listener):
     received(listener)
     queue.retry_dead_letters(DeadLetter.objects.all())
     assert received(listener) == ["emails", "sms"]
+
+
+# -- races: an operator's statement against a transition that holds the row --------
+# ``race`` runs the operator's statement while the other transaction is
+# uncommitted (PostgreSQL; SQLite serialises writers, so there it runs after).
+
+
+def test_cancel_leaves_done_a_job_whose_ack_is_committing(queue, job_factory, on_postgresql):
+    job_factory()
+    claimed = queue.pull(worker_id="w")
+
+    raced = race(lambda: queue.ack(claimed, worker_id="w"), lambda: QueueClient().cancel_jobs([claimed]))
+
+    assert raced.result == []
+    assert fetch(claimed).status == "done"
+    assert raced.blocked == on_postgresql
+
+
+def test_retry_now_leaves_running_a_job_whose_claim_is_committing(queue, job_factory, on_postgresql):
+    job = job_factory()
+    claimed: list[Job] = []
+
+    raced = race(
+        lambda: claimed.extend(queue.pull_many(worker_id="w", limit=1)),
+        lambda: QueueClient().retry_jobs_now([job]),
+    )
+
+    assert raced.result == [] and [j.pk for j in claimed] == [job.pk]
+    row = fetch(job)
+    assert (row.status, row.locked_by, row.attempts) == ("running", "w", 1)
+    assert raced.blocked == on_postgresql
+
+
+def test_retry_now_of_a_key_another_retry_now_is_reviving_brings_back_one(queue, job_factory, on_postgresql):
+    first = job_factory(unique_key="k")
+    queue.cancel(first)
+    second = job_factory(unique_key="k")
+    queue.cancel(second)
+
+    raced = race(lambda: queue.retry_jobs_now([first]), lambda: QueueClient().retry_jobs_now([second]))
+
+    assert raced.result == []
+    assert fetch(first).status == "ready" and fetch(second).status == "cancelled"
+    assert raced.blocked == on_postgresql
+
+
+def test_deleting_a_dead_letter_that_a_retry_is_committing_deletes_nothing(queue, on_postgresql):
+    letter = make_dead(queue)
+
+    raced = race(
+        lambda: queue.retry_dead_letters([letter]), lambda: QueueClient().delete_dead_letters([letter])
+    )
+
+    assert raced.result == 0
+    assert Job.objects.count() == 1 and not DeadLetter.objects.exists()
+    assert raced.blocked == on_postgresql
+
+
+def test_retrying_a_dead_letter_that_a_delete_is_committing_makes_no_job(queue, on_postgresql):
+    letter = make_dead(queue)
+    Job.objects.all().delete()
+
+    raced = race(
+        lambda: queue.delete_dead_letters([letter]), lambda: QueueClient().retry_dead_letters([letter])
+    )
+
+    assert raced.result == 0
+    assert not Job.objects.exists() and not DeadLetter.objects.exists()
+    assert raced.blocked == on_postgresql

@@ -9,7 +9,9 @@ import pytest
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobqueue.models import DeadLetter, Job
+from django_jobqueue import QueueClient
+from django_jobqueue.models import DeadLetter, Job, Worker
+from tests.faults.row_locks import race
 
 
 def fetch(job: Job) -> Job:
@@ -409,3 +411,61 @@ def test_a_dead_letter_from_an_expired_claim_labels_the_earlier_traceback(queue,
     dead = DeadLetter.objects.get()
     assert dead.error.startswith("claim expired: worker w2")
     assert dead.traceback == "Traceback of an earlier attempt (ValueError: bad):\nTraceback: line 1"
+
+
+# -- races: upkeep against a transition that holds the row ------------------------
+# Each statement below picks rows in a subquery and acts on them in an outer
+# statement, or re-reads a row another transaction is changing. ``race`` runs
+# it while that transaction is uncommitted (PostgreSQL; SQLite serialises them).
+
+
+@pytest.mark.parametrize("max_attempts", [5, 1], ids=["rescue", "bury"])
+def test_tick_timeouts_leaves_alone_an_expired_claim_whose_ack_is_committing(
+    queue, job_factory, on_postgresql, max_attempts
+):
+    job_factory(max_attempts=max_attempts)
+    claimed = queue.pull(worker_id="w")
+    expire_claims()
+
+    raced = race(lambda: queue.ack(claimed, worker_id="w"), lambda: QueueClient().tick_timeouts())
+
+    assert raced.result == 0
+    assert fetch(claimed).status == "done" and not DeadLetter.objects.exists()
+    # SKIP LOCKED: a ticker passes over a row another transaction holds, never waits on it.
+    assert not raced.blocked and raced.overlapped == on_postgresql
+
+
+def test_prune_leaves_alone_a_cancelled_job_that_retry_now_is_making_live(queue, job_factory, on_postgresql):
+    job = job_factory()
+    queue.cancel(job.pk)
+    Job.objects.update(finished_at=timezone.now() - timedelta(hours=1))
+
+    raced = race(lambda: queue.retry_jobs_now([job]), lambda: QueueClient().prune(older_than=0))
+
+    assert raced.result == 0
+    assert fetch(job).status == "ready"
+    assert not raced.blocked and raced.overlapped == on_postgresql
+    assert queue.prune(older_than=0) == 0, "a live job is never pruned later either"
+
+
+def test_prune_workers_spares_a_worker_whose_heartbeat_is_committing(queue, on_postgresql):
+    queue.register_worker("w", hostname="h", pid=1, queues=[], concurrency=1)
+    Worker.objects.update(last_heartbeat=timezone.now() - timedelta(hours=1))
+
+    raced = race(lambda: queue.worker_heartbeat("w"), lambda: QueueClient().prune_workers(60))
+
+    assert raced.result == 0 and Worker.objects.filter(worker_id="w").exists()
+    # One statement: it waits for the beat, then re-checks its own WHERE on the new row.
+    assert raced.blocked == on_postgresql
+
+
+@pytest.mark.parametrize("queues", [(), ("default",)], ids=["every-queue", "by-queue"])
+def test_a_claim_never_takes_a_job_whose_cancel_is_committing(queue, job_factory, on_postgresql, queues):
+    job = job_factory()
+
+    raced = race(lambda: queue.cancel(job.pk), lambda: QueueClient().pull(*queues, worker_id="w"))
+
+    assert raced.result is None
+    row = fetch(job)
+    assert (row.status, row.attempts, row.locked_by) == ("cancelled", 0, None)
+    assert not raced.blocked and raced.overlapped == on_postgresql

@@ -778,6 +778,12 @@ def _expired(dialect: Dialect) -> str:
     return f"status = 'running' AND locked_until < {dialect.now}"
 
 
+# In both statements below, SKIP LOCKED is the guard: the subquery locks each
+# row it picks after re-checking ``where`` on the row's newest version, so the
+# outer statement acts on rows nobody can change meanwhile, and a row that
+# another transaction holds (an ack committing) is passed over, not waited on.
+
+
 def _bury_expired(using: str) -> int:
     dialect = dialect_for(connections[using])
     where = f"{_expired(dialect)} AND attempts >= max_attempts"
@@ -826,6 +832,8 @@ def _move_to_dead_letters(
             params,
         )
         job_ids = [row[0] for row in cursor.fetchall()]
+        # Deleted by id alone: this transaction holds their locks (the SKIP LOCKED in
+        # ``where``, or ``lock``; on SQLite, the write lock) since it read them.
         for ids in batched(job_ids, INSERT_CHUNK):
             cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({', '.join(['%s'] * len(ids))})", ids)
     return len(job_ids)
@@ -866,15 +874,24 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
 
 
 def prune(using: str, older_than: float, batch: int = 5000) -> int:
-    """Delete done and cancelled jobs finished more than ``older_than`` seconds ago."""
+    """Delete done and cancelled jobs finished more than ``older_than`` seconds ago.
+
+    A job that another transaction is changing (an operator's *retry now*
+    making it live again) is left alone, without waiting for it; if it is
+    still finished, a later prune deletes it.
+    """
     cursor, dialect = _cursor(using)
+    finished = f"status IN ('done', 'cancelled') AND finished_at < {dialect.now_minus('%s')}"
     deleted = 0
     while True:
+        # PostgreSQL re-checks a row changed meanwhile against the outer WHERE
+        # only, never the subquery's: SKIP LOCKED passes over a row that another
+        # transaction holds, and the guard repeated outside keeps a row made live
+        # from being deleted. SKIP LOCKED also keeps tickers from waiting on each other.
         cursor.execute(
-            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} "
-            f"WHERE status IN ('done', 'cancelled') AND finished_at < {dialect.now_minus('%s')} "
-            f"LIMIT %s)",
-            [older_than, batch],
+            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} WHERE {finished} "
+            f"LIMIT %s {dialect.skip_locked}) AND {finished}",
+            [older_than, batch, older_than],
         )
         deleted += cursor.rowcount
         if cursor.rowcount < batch:
