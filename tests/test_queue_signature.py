@@ -137,3 +137,13 @@ def test_fail_on_is_the_functions_own(defined):
     defined.extend([one.name, several.name])
     assert registry.lookup("signature.one").fail_on == (LookupError,)
     assert registry.lookup("signature.several").fail_on == (LookupError, OSError)
+
+
+def test_a_large_batch_with_one_bad_payload_writes_nothing(queue, send_otp):
+    # Large enough to stream through COPY on PostgreSQL: the bad item aborts the batch.
+    items = [("signature.send_otp", {"user_id": str(i)}) for i in range(40)]
+    items[37] = ("signature.send_otp", {"user_id": "37", "channel": "sms", "urgnet": True})
+    with pytest.raises(JobPayloadError, match=r"item 37: .*unexpected argument\(s\) 'urgnet'"):
+        enqueue_many(items)
+    assert not Job.objects.exists()
+    assert len(enqueue_many(items[:37])) == 37
