@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 from . import registry
+from .exceptions import Retry
 from .models import Job
 from .queue import QueueClient
 from .queue.validation import (
@@ -85,6 +86,7 @@ def job(
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
     takes_context: bool = False,
+    fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
 ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
 
@@ -98,12 +100,16 @@ def job(
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
     takes_context: bool = False,
+    fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
 ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
     """Register a function as a job, named ``"<module>.<qualname>"`` unless ``name`` is given.
 
     The options are the defaults of every job of that name, also when it is
-    enqueued by name. Raise ``ValueError`` for a bad option or a name taken by
-    another function.
+    enqueued by name. ``fail_on`` names exception classes (one, or several in a
+    tuple or list) that send a run to the dead letters at once, as ``Fail``
+    does, instead of retrying it. Raise ``ValueError`` for a bad option or a
+    name taken by another function, ``TypeError`` for a ``fail_on`` that is not
+    exception classes.
     """
 
     def decorate(function: Callable[..., Any]) -> JobFunction:
@@ -119,8 +125,29 @@ def job(
                 else None
             ),
             takes_context=bool(takes_context),
+            fail_on=check_fail_on(fail_on),
         )
         registry.register(spec)
         return JobFunction(spec)
 
     return decorate(func) if func is not None else decorate
+
+
+def check_fail_on(fail_on: object) -> tuple[type[BaseException], ...]:
+    """Return ``fail_on`` as a tuple of exception classes.
+
+    Raise ``TypeError`` naming the first item that is not an exception class
+    (an instance, a string, any other class), and ``ValueError`` for ``Retry``,
+    which asks for the retry that ``fail_on`` would refuse.
+    """
+    items = (fail_on,) if isinstance(fail_on, type) else fail_on
+    if not isinstance(items, tuple | list | set | frozenset):
+        raise TypeError(
+            f"fail_on must be an exception class or a tuple of them, not {type(fail_on).__name__}"
+        )
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"fail_on must hold exception classes; {item!r} is not one")
+        if issubclass(item, Retry):
+            raise ValueError(f"fail_on cannot hold {item.__name__}: raising Retry asks for a retry")
+    return tuple(items)

@@ -54,10 +54,10 @@ def resolve_task(path: str) -> Task:
     try:
         module = import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise UnknownJobError(f"task {path!r}: no module {exc.name!r} (retried later)") from None
+        raise UnknownJobError(f"task {path!r}: no module {exc.name!r}") from None
     found = getattr(module, attribute, None)
     if found is None:
-        raise UnknownJobError(f"task {path!r}: module {module_name!r} has no {attribute!r} (retried later)")
+        raise UnknownJobError(f"task {path!r}: module {module_name!r} has no {attribute!r}")
     if not isinstance(found, Task):
         raise Fail(f"refused to run {path!r}: it is a {type(found).__name__}, not a Task")
     return found

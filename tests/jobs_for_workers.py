@@ -8,6 +8,7 @@ that a test can count runs across processes.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
@@ -111,3 +112,17 @@ def cut_own_connection(ctx: JobContext, path: str) -> int:
         except OperationalError:
             pass  # the job itself is done; the worker's ack now meets a dead connection
     return ctx.attempt
+
+
+@job(name="workers.returns_datetime", takes_context=True)
+def returns_datetime(ctx: JobContext, path: str) -> Any:
+    """Have an effect (an event), then return what JSON cannot carry."""
+    note(path, "start", ctx)
+    return datetime.datetime.now(datetime.UTC)
+
+
+@job(name="workers.picky", takes_context=True, fail_on=(LookupError,))
+def picky(ctx: JobContext, path: str, error: str) -> None:
+    """Raise a ``KeyError`` (a ``LookupError``: dead at once) or a ``ValueError`` (retried)."""
+    note(path, "start", ctx)
+    raise {"key": KeyError, "value": ValueError}[error](f"picky about {error}")

@@ -129,3 +129,10 @@ def _on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
 
 task_started.connect(_on_started, dispatch_uid="tests.tasks_for_workers.started")
 task_finished.connect(_on_finished, dispatch_uid="tests.tasks_for_workers.finished")
+
+
+@task(takes_context=True)
+def returns_object(context: TaskContext, path: str) -> Any:
+    """Have an effect (an event), then return what JSON cannot carry."""
+    note(path, "start")
+    return object()

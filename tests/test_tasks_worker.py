@@ -163,3 +163,16 @@ def test_what_is_not_a_task_is_refused_and_never_called(queue, start_worker, tmp
     missing.refresh_from_db()
     assert (missing.status, missing.attempts) == ("ready", 1), "retried: a deploy may bring the module"
     assert "no module 'tests.no_such_module'" in missing.last_error
+
+
+def test_a_task_whose_result_cannot_be_stored_fails_after_one_run(queue, start_worker, events_path):
+    result = tasks.returns_object.enqueue(events_path)
+
+    assert start_worker("--burst").wait() == 0
+
+    dead = DeadLetter.objects.get(job_id=int(result.id))
+    assert (dead.attempts, dead.max_attempts) == (1, 5)
+    assert dead.error.startswith("TypeError: Unsupported type: <class 'object'>"), dead.error
+    assert len(events(events_path)) == 1, "its effect happened once"
+    result.refresh()
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 1)

@@ -57,10 +57,15 @@ def test_unknown_names_are_nacked_and_never_imported(queue, start_worker, tmp_pa
     system.refresh_from_db()
     assert (system.status, system.attempts) == ("ready", 1)
     assert "no job registered as 'os.system'" in system.last_error
+    assert system.last_error.endswith("(retried later: a newer deploy may have it)")
     # Retried later, after the first backoff step (at least half of BACKOFF_BASE, 1 s).
     assert system.run_at - system.created_at >= timedelta(seconds=0.4)
     dead = DeadLetter.objects.get(job_id=canary_job.pk)
     assert "no job registered as 'tests.canary_module.run'" in dead.error
+    # Its one attempt was its last: neither its error nor its log line promises a retry.
+    assert dead.error.endswith("(no attempts left: moved to the dead letters)")
+    [line] = [line for line in worker.log().splitlines() if f"id={canary_job.pk} " in line]
+    assert "retried later" not in line and "outcome=dead moved_to=dead_letters" in line
     assert not touched.exists(), "os.system ran"
     assert not canary.exists(), "a job name was imported as a module path"
 
@@ -74,10 +79,16 @@ def test_failures_are_retried_then_dead_lettered_with_their_traceback(queue, sta
     assert (dead.attempts, dead.worker_id, dead.error) == (3, "retrier", "ValueError: kaput")
     assert "raise ValueError(message)" in dead.traceback and "jobs_for_workers.py" in dead.traceback
     assert not Job.objects.filter(pk=job.pk).exists()
-    log = worker.wait_for_log(rf"job workers\.boom id={job.pk} attempt=3/3 .* outcome=dead").string
-    assert (
-        len(re.findall(rf"id={job.pk} attempt=[12]/3 .* outcome=retry error='ValueError: kaput'", log)) == 2
+    log = worker.wait_for_log(
+        rf"job workers\.boom id={job.pk} attempt=3/3 .* outcome=dead moved_to=dead_letters error="
+    ).string
+    retries = re.findall(
+        rf"id={job.pk} attempt=[12]/3 .* outcome=retry next_attempt_in=(\d+\.\d{{3}})s "
+        "error='ValueError: kaput'",
+        log,
     )
+    # FAST_BACKOFF: the first two steps wait from 0.025 s to 0.1 s.
+    assert len(retries) == 2 and all(0.025 <= float(due) <= 0.1 for due in retries), log
 
 
 def test_retry_with_a_delay_and_fail(queue, start_worker, events_path):
@@ -98,17 +109,15 @@ def test_retry_with_a_delay_and_fail(queue, start_worker, events_path):
 
 def test_context_results_and_bad_calls(queue, start_worker):
     context = queue.push("workers.context", {})
-    not_json = queue.push("workers.not_json", {}, max_attempts=1)
-    bad_call = queue.push("workers.keyword_only", {"unexpected": 1}, max_attempts=1)
+    not_json = queue.push("workers.not_json", {})
 
     assert start_worker("--burst", "--worker-id", "ctx-worker").wait() == 0
 
     context.refresh_from_db()
     assert context.result == {"job_id": context.pk, "attempt": 1, "worker_id": "ctx-worker", "extended": True}
-    assert "JobPayloadError: result['when'] is a module" in DeadLetter.objects.get(job_id=not_json.pk).error
-    assert "TypeError: keyword_only() got an unexpected keyword argument 'unexpected'" in (
-        DeadLetter.objects.get(job_id=bad_call.pk).error
-    )
+    dead = DeadLetter.objects.get(job_id=not_json.pk)
+    assert "JobPayloadError: result['when'] is a module" in dead.error
+    assert dead.attempts == 1, "a job that returned is not run again for its result"
 
 
 def test_concurrency_runs_that_many_jobs_at_once(queue, start_worker, events_path, tmp_path):

@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from .. import registry
 from ..conf import DEFAULTS as SETTING_DEFAULTS
 from ..conf import jobqueue_settings
+from ..exceptions import JobPayloadError
 from ..models import DeadLetter, Job
 from . import ops
 from .backoff import backoff_delay
@@ -399,22 +400,41 @@ class JobPreparer:
         self._specs: dict[str, registry.JobSpec | None] = {}
         self._defaults: dict[tuple[str, str], Any] = {}
         # Per name, the checked queue, priority, max_attempts and visibility_timeout
-        # of a job given no options, once one such job of that name was prepared.
-        self._plain: dict[str, tuple[str, int, int, float]] = {}
+        # of a job given no options, once one such job of that name was prepared,
+        # the registered function's call shape (None if not registered here) and
+        # the payload keys (in their order) found to fit it.
+        self._plain: dict[
+            str, tuple[str, int, int, float, registry.CallShape | None, set[tuple[str, ...]]]
+        ] = {}
 
     def prepare(self, name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> ops.NewJob:
         """Validate one job and fill in its defaults (see ``prepare_job``)."""
         if not options and type(name) is str and name in self._plain:
             # The name and its defaults passed their checks before: the payload is all there is to check.
-            queue, priority, max_attempts, visibility_timeout = self._plain[name]
-            text, copy = encode_payload_and_copy({} if payload is None else payload, self._max_payload_bytes)
+            queue, priority, max_attempts, visibility_timeout, shape, fitting = self._plain[name]
+            payload = {} if payload is None else payload
+            text, copy = encode_payload_and_copy(payload, self._max_payload_bytes)
+            # A batch's payloads mostly share their keys: each set of keys is checked once.
+            if shape is not None and tuple(payload) not in fitting:
+                _check_fits(name, shape, payload)
+                fitting.add(tuple(payload))
             # Positional, in NewJob's field order: the one path every job of a big batch takes.
             return ops.NewJob(
                 name, queue, text, priority, max_attempts, visibility_timeout, None, 0.0, None, "", copy
             )
         new = self._resolve(name, payload, options)
         if not options:
-            self._plain[name] = (new.queue, new.priority, new.max_attempts, new.visibility_timeout)
+            spec = self._specs[name]
+            shape = spec.call_shape if spec is not None else None
+            no_keys_yet: set[tuple[str, ...]] = set()
+            self._plain[name] = (
+                new.queue,
+                new.priority,
+                new.max_attempts,
+                new.visibility_timeout,
+                shape,
+                no_keys_yet,
+            )
         return new
 
     def _resolve(
@@ -430,7 +450,10 @@ class JobPreparer:
             raise ValueError("give run_at or delay, not both")
         unique_key = options.get("unique_key")
         queue = self._option(name, spec, options, "queue")  # checked before the payload, as prepare_job does
-        text, copy = encode_payload_and_copy({} if payload is None else payload, self._max_payload_bytes)
+        payload = {} if payload is None else payload
+        text, copy = encode_payload_and_copy(payload, self._max_payload_bytes)
+        if spec is not None and spec.call_shape is not None:
+            _check_fits(name, spec.call_shape, payload)
         return ops.NewJob(
             name=name,
             queue=queue,
@@ -474,6 +497,13 @@ def _prepared(
             yield preparer.prepare(name, payload, options)
         except (ValueError, TypeError) as exc:
             raise type(exc)(f"item {index}: {exc}") from None
+
+
+def _check_fits(name: str, shape: registry.CallShape, payload: Mapping[str, Any]) -> None:
+    """Raise ``JobPayloadError`` if the registered function cannot take ``payload``: no worker could."""
+    problem = shape.problem(payload)
+    if problem is not None:
+        raise JobPayloadError(f"job {name!r}: {problem}")
 
 
 def _copyable(options: Mapping[str, Any]) -> bool:

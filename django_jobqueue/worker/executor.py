@@ -8,20 +8,32 @@ worker thread down.
 what the job did                                what the queue is told      outcome logged
 ==============================================  ==========================  =================
 returned a JSON value (or None)                 ``ack(result)``             ``done``
+returned a value JSON cannot carry              ``fail(error)``             ``dead``
 raised ``Retry(delay=…)``                       ``nack(delay=…)``           ``retry`` / ``dead``
 raised ``Fail(message)``                        ``fail(message)``           ``dead``
-raised anything else                            ``nack()`` with backoff     ``retry`` / ``dead``
+raised an exception its ``@job(fail_on=…)``     ``fail(error)``             ``dead``
+names
+could not be called: payload does not fit       ``fail(error)``             ``dead``
+its signature
+raised anything else                            ``nack(delay=backoff)``     ``retry`` / ``dead``
 ==============================================  ==========================  =================
 
-"Anything else" includes three mistakes that are not the job's code failing:
+A job that ran is never run again because of what it returned: a return value
+JSON cannot carry (a ``datetime``, a model instance) sends it to the dead
+letters at once with a ``JobPayloadError`` naming the value, whether results
+are kept or not. Its effects happened once; retrying the dead letter is an
+operator's decision.
 
-- a name nobody registered (``no job registered as 'x'``): nacked, not
-  failed, because the next deploy of a rolling update may bring the code; once
-  its attempts are spent it lands in the dead letters like any failure;
-- a payload that does not fit the signature: its keys are the function's
-  keyword arguments, so a missing or unknown key is a ``TypeError``;
-- a return value JSON cannot carry: nacked with a ``JobPayloadError`` naming
-  the value, so the mistake shows up the same whether results are kept or not.
+A payload whose keys do not fit the function's keyword arguments (a missing
+or unknown argument) can never succeed, so it is dead-lettered without calling
+the function; enqueueing refuses such a payload already where the function is
+registered, so this meets jobs enqueued elsewhere or before a deploy changed
+the signature.
+
+"Anything else" includes a name nobody registered (``no job registered as
+'x'``): nacked, not failed, because the next deploy of a rolling update may
+bring the code; once its attempts are spent it lands in the dead letters like
+any failure, and the error says so instead of promising a retry.
 
 A job of Django's Tasks framework (marked by the backend, see ``tasks.py``)
 goes through the same table. Its task is found by its module path rather than
@@ -35,10 +47,15 @@ queue refuses the write and the outcome is ``lost``. If the write itself fails
 (the database went away), the outcome is ``unrecorded``: the error is logged and
 the job, still claimed, is handed out again once its claim expires.
 
-The log line, on the ``django_jobqueue`` logger::
+The log line, on the ``django_jobqueue`` logger; a retry says when the next
+attempt is due, a dead job where it went::
 
     job send_otp id=42 attempt=1/5 duration=0.013s outcome=done
-    job send_otp id=43 attempt=2/5 duration=0.004s outcome=retry error='ValueError: provider down'
+    job send_otp id=43 attempt=2/5 duration=0.004s outcome=retry next_attempt_in=1.274s error='ValueError: …'
+    job send_otp id=43 attempt=5/5 duration=0.005s outcome=dead moved_to=dead_letters error='ValueError: …'
+
+A job handed back at shutdown logs how long it had been running (0 if it
+never started).
 """
 
 from __future__ import annotations
@@ -49,16 +66,18 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connections
 from django.db.backends.signals import connection_created
 
 from .. import registry
+from ..conf import jobqueue_settings
 from ..exceptions import Fail, Retry, UnknownJobError
 from ..models import Job
 from ..queue import QueueClient
+from ..queue.backoff import backoff_delay
 from ..queue.validation import encode_result, to_seconds
 from .completer import Completer
 from .context import JobContext
@@ -84,13 +103,22 @@ class Verdict:
     delay: Any = None
 
 
-def verdict_for(exc: BaseException, *, qualified: bool = False) -> Verdict:
+class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
+    """A job's payload does not fit its function's keyword arguments: no attempt can succeed."""
+
+
+def verdict_for(
+    exc: BaseException, *, qualified: bool = False, fail_on: tuple[type[BaseException], ...] = ()
+) -> Verdict:
     """The outcome table's rows for a job that raised ``exc``.
 
     ``qualified`` names the exception with its module, as a traceback does (a
-    Django Task's ``TaskError`` needs the class's path).
+    Django Task's ``TaskError`` needs the class's path). ``fail_on`` is the
+    job's ``@job(fail_on=…)``: those exceptions go to the dead letters at once.
     """
     trace = "".join(traceback.format_exception(exc))
+    if isinstance(exc, PayloadMismatch):
+        return Verdict(FAIL, error=f"JobPayloadError: {message_of(exc)}")
     if isinstance(exc, Retry):
         try:
             delay = None if exc.delay is None else to_seconds(exc.delay, "Retry's delay")
@@ -99,7 +127,27 @@ def verdict_for(exc: BaseException, *, qualified: bool = False) -> Verdict:
         return Verdict(NACK, error=f"Retry: {message_of(exc)}", traceback=trace, delay=delay)
     if isinstance(exc, Fail):
         return Verdict(FAIL, error=f"Fail: {message_of(exc)}", traceback=trace)
-    return Verdict(NACK, error=f"{_exception_name(exc, qualified)}: {message_of(exc)}", traceback=trace)
+    error = f"{_exception_name(exc, qualified)}: {message_of(exc)}"
+    return Verdict(FAIL if isinstance(exc, fail_on) else NACK, error=error, traceback=trace)
+
+
+def verdict_for_result(result: Any, task_run: Any = None, *, qualified: bool = False) -> Verdict:
+    """The outcome table's rows for a job that returned ``result``: an ack, or a dead letter if unstorable.
+
+    Never a retry: the job ran, and running it again would repeat its effects
+    for the sake of a value.
+    """
+    try:
+        if task_run is not None:
+            result = task_run.normalize(result)
+        encode_result(result)
+    except Exception as exc:
+        error = (
+            f"{_exception_name(exc, qualified)}: {message_of(exc)} "
+            "(the job ran and returned this; it is not run again for its return value)"
+        )
+        return Verdict(FAIL, error=error, traceback="".join(traceback.format_exception(exc)))
+    return Verdict(ACK, result=result)
 
 
 def message_of(exc: BaseException) -> str:
@@ -176,6 +224,8 @@ class Executor:
         self.worker_id = worker_id
         # Acks go through the completer's batches when there is one (runworker), else one by one.
         self.completer = completer
+        # When each running claim's job started, for the duration logged if it is handed back.
+        self._started: dict[tuple[int, int], float] = {}
 
     def run(self, job: Job) -> str:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
@@ -186,25 +236,20 @@ class Executor:
         """
         close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
         started = time.monotonic()
-        task_run = None
+        claim = (job.pk, job.claim_token)
+        self._started[claim] = started
+        try:
+            return self._run(job, started)
+        finally:
+            self._started.pop(claim, None)
+
+    def _run(self, job: Job, started: float) -> str:
         # Whether the job queries the queue's database: a thread that holds no connection
         # learns it from the connection the job opens; one that holds one watches its queries.
         probe = QueryProbe() if _this_thread.holding else None
         _this_thread.opened = []
-        try:
-            with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
-                if job.task_backend:
-                    # A Django Task (the one job found by its path, and only if it is a Task).
-                    from .tasks import TaskRun
-
-                    task_run = TaskRun(job)
-                    result = task_run.call()
-                else:
-                    result = self._call(job)
-            encode_result(result)
-            verdict = Verdict(ACK, result=result)
-        except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
-            verdict = verdict_for(exc, qualified=bool(job.task_backend))
+        verdict, task_run = self._attempt(job, probe)
+        verdict = self._with_backoff(job, verdict)
         duration = time.monotonic() - started
         queried = probe.queried if probe else self.client.using in _this_thread.opened
         if (
@@ -216,7 +261,7 @@ class Executor:
             close_held_connections()
             return PENDING
         outcome = self._record(job, verdict, queried)
-        self._log(job, duration, outcome, verdict.error)
+        self._log(job, duration, outcome, verdict.error, verdict.delay)
         if task_run is not None:
             task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
         close_held_connections()
@@ -224,27 +269,65 @@ class Executor:
 
     def hand_back(self, job: Job) -> str:
         """Give a claimed job back without running it, its attempt not counted."""
+        started = self._started.get((job.pk, job.claim_token))
+        duration = 0.0 if started is None else time.monotonic() - started
         try:
             released = self.client.release(job, worker_id=self.worker_id)
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            self._log(job, 0.0, "unrecorded", f"release failed: {type(exc).__name__}: {exc}")
+            self._log(job, duration, "unrecorded", f"release failed: {type(exc).__name__}: {exc}")
             return "unrecorded"
         outcome = "released" if released else "lost"
-        self._log(job, 0.0, outcome, "")
+        self._log(job, duration, outcome, "")
         return outcome
 
-    def _call(self, job: Job) -> Any:
+    def _attempt(self, job: Job, probe: QueryProbe | None) -> tuple[Verdict, Any]:
+        """Run the job once; return its verdict and, for a Django Task, its ``TaskRun``."""
+        task_run = None
+        spec = None
+        try:
+            with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
+                if job.task_backend:
+                    # A Django Task (the one job found by its path, and only if it is a Task).
+                    from .tasks import TaskRun
+
+                    task_run = TaskRun(job)
+                    result = task_run.call()
+                else:
+                    spec = self._spec(job)
+                    result = self._call(job, spec)
+        except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
+            fail_on = spec.fail_on if spec is not None else ()
+            verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
+            if isinstance(exc, UnknownJobError):
+                verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
+            return verdict, task_run
+        return verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run
+
+    def _spec(self, job: Job) -> registry.JobSpec:
         spec = registry.lookup(job.name)
         if spec is None:
-            raise UnknownJobError(
-                f"no job registered as {job.name!r} on worker {self.worker_id} "
-                "(retried later: a newer deploy may have it)"
-            )
+            raise UnknownJobError(f"no job registered as {job.name!r} on worker {self.worker_id}")
+        return spec
+
+    def _call(self, job: Job, spec: registry.JobSpec) -> Any:
+        problem = spec.payload_problem(job.payload)
+        if problem is not None:
+            raise PayloadMismatch(problem)
         func: Callable[..., Any] = spec.func
         if spec.takes_context:
             return func(JobContext(job, self.worker_id, self.client), **job.payload)
         return func(**job.payload)
+
+    @staticmethod
+    def _with_backoff(job: Job, verdict: Verdict) -> Verdict:
+        """Fix a retry's backoff here rather than in ``nack``, so that its line can say when it is due."""
+        if verdict.action != NACK or verdict.delay is not None or job.attempts >= job.max_attempts:
+            return verdict
+        settings = jobqueue_settings
+        return replace(
+            verdict, delay=backoff_delay(job.attempts, settings.BACKOFF_BASE, settings.BACKOFF_MAX)
+        )
 
     def _ack_later(self, job: Job, verdict: Verdict, duration: float) -> bool:
         """Hand the ack to the completer, which logs the outcome once it is written; False if it cannot."""
@@ -299,7 +382,9 @@ class Executor:
             str(exc).strip(),
         )
 
-    def _log(self, job: Job, duration: float, outcome: str, error: str) -> None:
+    def _log(
+        self, job: Job, duration: float, outcome: str, error: str, next_attempt_in: float | None = None
+    ) -> None:
         level = {"done": logging.INFO, "released": logging.INFO, "dead": logging.ERROR}.get(
             outcome, logging.WARNING
         )
@@ -307,6 +392,10 @@ class Executor:
         if len(first_line) > LOGGED_ERROR_CHARS:  # the stored error keeps more
             first_line = first_line[:LOGGED_ERROR_CHARS] + "..."
         suffix = f" error={first_line!r}" if first_line else ""
+        if outcome == "dead":
+            suffix = f" moved_to=dead_letters{suffix}"
+        elif outcome == "retry" and next_attempt_in is not None:
+            suffix = f" next_attempt_in={next_attempt_in:.3f}s{suffix}"
         logger.log(
             level,
             "job %s id=%s attempt=%s/%s duration=%.3fs outcome=%s%s",
@@ -318,3 +407,10 @@ class Executor:
             outcome,
             suffix,
         )
+
+
+def _what_next(job: Job) -> str:
+    """For an unknown name's error: whether the job is tried again."""
+    if job.attempts < job.max_attempts:
+        return "retried later: a newer deploy may have it"
+    return "no attempts left: moved to the dead letters"

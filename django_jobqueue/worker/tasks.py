@@ -50,9 +50,16 @@ class TaskRun:
         self._send(task_started)
         args, kwargs = self.result.args, self.result.kwargs
         if self.task.takes_context:
-            value = self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
-        else:
-            value = self.task.call(*args, **kwargs)
+            return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
+        return self.task.call(*args, **kwargs)
+
+    @staticmethod
+    def normalize(value: Any) -> Any:
+        """``value`` as Django's Tasks store a return value; raise ``TypeError`` if JSON cannot carry it.
+
+        Apart from ``call`` so that the executor tells a task that failed from
+        one that ran and returned a value it cannot keep (never retried).
+        """
         return normalize_json(value)
 
     def finish(self, outcome: str, result: Any, error: str, traceback: str) -> None:
