@@ -4,7 +4,17 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PG_URL ?= postgres://postgres@127.0.0.1:5432/jobqueue
+# PostgreSQL: PG_URL when given. Otherwise scripts/pg provides it for each
+# target that needs it: the default address if something answers there, else a
+# private cluster under var/pg/, started for the target and stopped after it.
+# Without PostgreSQL installed, `make test` says so and runs the SQLite suites
+# only, unless PG_REQUIRED=1 (CI) makes that a failure.
+PG_DEFAULT_HOST ?= 127.0.0.1
+PG_DEFAULT_PORT ?= 5432
+PG_DATABASE ?= jobqueue
+PG_URL ?= postgres://postgres@$(PG_DEFAULT_HOST):$(PG_DEFAULT_PORT)/$(PG_DATABASE)
+PG := PG_DEFAULT_HOST=$(PG_DEFAULT_HOST) PG_DEFAULT_PORT=$(PG_DEFAULT_PORT) PG_DATABASE=$(PG_DATABASE) scripts/pg
+PG_REQUIRED ?=
 # Django 6 needs Python >= 3.12: the first pyenv one found. Where there is one,
 # `make test` also runs the suite on Django 6, in a venv of its own.
 PYTHON_DJ6 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python $(HOME)/.pyenv/versions/3.13*/bin/python))
@@ -46,28 +56,42 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
+# One suite after the other, each run even if one before it failed.
+run_suites = status=0; for suite in $(1); do $(MAKE) --no-print-directory $$suite || status=1; done; exit $$status
+
 test-sqlite: $(BIN)/.installed
 	env -u DATABASE_URL $(BIN)/pytest $(PYTEST_ARGS)
-
-test-postgres: $(BIN)/.installed
-	DATABASE_URL=$(PG_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
 test-dj6-sqlite: $(BIN_DJ6)/.installed
 	env -u DATABASE_URL SQLITE_TEST_FILE=$(SQLITE_TEST_FILE_DJ6) $(BIN_DJ6)/pytest $(PYTEST_ARGS)
 
+tests-sqlite:
+	$(call run_suites,$(SQLITE_SUITES))
+
+ifeq ($(origin PG_URL),file)
+# No PG_URL given: the same target again, with the PG_URL scripts/pg sets.
+test-postgres test-dj6-postgres bench:
+	$(PG) run $(MAKE) --no-print-directory $@
+
+tests-postgres:
+	$(PG) run $(if $(PG_REQUIRED),,--or-skip) $(MAKE) --no-print-directory $@
+else
+test-postgres: $(BIN)/.installed
+	DATABASE_URL=$(PG_URL) $(BIN)/pytest $(PYTEST_ARGS)
+
 test-dj6-postgres: $(BIN_DJ6)/.installed
 	DATABASE_URL=$(PG_URL_DJ6) $(BIN_DJ6)/pytest $(PYTEST_ARGS)
 
-# One suite after the other, each run even if one before it failed.
-tests-sqlite tests-postgres:
-	status=0; for suite in $(if $(findstring sqlite,$@),$(SQLITE_SUITES),$(POSTGRES_SUITES)); do \
-	  $(MAKE) --no-print-directory $$suite || status=1; done; exit $$status
+tests-postgres:
+	$(call run_suites,$(POSTGRES_SUITES))
+
+bench: $(BIN)/.installed
+	DATABASE_URL=$(PG_URL) $(BIN)/python -m bench
+endif
 
 test: lint
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target tests-sqlite tests-postgres
 
-bench: $(BIN)/.installed
-	DATABASE_URL=$(PG_URL) $(BIN)/python -m bench
-
 clean:
+	-$(PG) stop
 	rm -rf $(VENV) $(VENV_DJ6) var
