@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 from django.db import connection
 
 from testproject.demo import provider
+from tests.worker_support import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 USERS = 30  # one full block of the provider's script, so every kind of failure occurs
@@ -167,3 +169,65 @@ def test_it_never_deletes_a_database_it_did_not_make(tmp_path):
     assert result.returncode != 0
     assert "was not made by this demo" in result.stderr
     assert rows(db, "SELECT name FROM sqlite_master") == [("precious",)]
+
+
+def next_steps(out: str) -> list[str]:
+    """The commands under "What to look at next", one a line, indented by four spaces."""
+    return [
+        line.strip() for line in out.split("What to look at next", 1)[1].splitlines() if line[:4] == "    "
+    ]
+
+
+def one(commands: list[str], part: str) -> str:
+    (command,) = [command for command in commands if part in command]
+    return command
+
+
+def test_the_next_steps_work_when_pasted_alone_and_the_worker_waits_out_the_backoffs(tmp_path):
+    db = tmp_path / "demo.sqlite3"
+    result = run_demo("--users", "25", "--seed", str(SEED), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    commands = next_steps(result.stdout)
+    # A fresh shell: nothing of the demo's environment.
+    shell_env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DATABASE_URL", "JOBQUEUE_", "DEMO_", "DJANGO_"))
+    }
+
+    def paste(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command], cwd=ROOT, env=shell_env, capture_output=True, text=True, timeout=60
+        )
+
+    (dead,) = rows(db, "SELECT COUNT(*) FROM django_jobqueue_deadletter")[0]
+    assert dead == 2, "one number not on WhatsApp, one behind an outage, in 25"
+    retried = paste(one(commands, "jobqueue retry-dead"))
+    assert retried.returncode == 0, retried.stderr
+    assert f"Retried {dead} dead letter(s)." in retried.stdout
+    assert rows(db, "SELECT COUNT(*) FROM django_jobqueue_deadletter") == [(0,)]
+
+    worker = subprocess.Popen(
+        ["bash", "-c", one(commands, "manage.py runworker")],
+        cwd=ROOT,
+        env=shell_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        live = "SELECT COUNT(*) FROM django_jobqueue_job WHERE status IN ('ready', 'running')"
+        wait_until(lambda: rows(db, live) == [(0,)], timeout=60, message="the replayed jobs to finish")
+    finally:
+        os.killpg(worker.pid, signal.SIGINT)  # Ctrl-C
+        output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    # The outage's job went through every attempt, its backoffs included, before it was dead again.
+    attempts = sorted(a for (a,) in rows(db, "SELECT attempts FROM django_jobqueue_deadletter"))
+    assert attempts == [1, MAX_ATTEMPTS], output
+    assert output.count("outcome=retry") == MAX_ATTEMPTS - 1, output
+
+    status = paste(one(commands, "jobqueue status"))
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"^otp\s+0\s+0\s+0\s+2\b", status.stdout, re.MULTILINE), status.stdout

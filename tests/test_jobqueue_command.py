@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_jobqueue import QueueClient
+from django_jobqueue.management.commands.jobqueue import Command
 from django_jobqueue.models import DeadLetter, Job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,8 +176,7 @@ def test_tick_hands_expired_claims_back(queue):
     assert "Handled 0 expired claim(s)." in run("tick")
 
 
-def test_the_command_runs_from_a_shell(queue, busy):
-    """As a health check would run it: a process, its exit code and its JSON."""
+def shell_env() -> dict[str, str]:
     env = {"DJANGO_SETTINGS_MODULE": "testproject.settings", "PATH": "/usr/bin:/bin"}
     if connection.vendor == "postgresql":
         settings = connection.settings_dict
@@ -186,6 +186,12 @@ def test_the_command_runs_from_a_shell(queue, busy):
         )
     else:
         env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
+    return env
+
+
+def test_the_command_runs_from_a_shell(queue, busy):
+    """As a health check would run it: a process, its exit code and its JSON."""
+    env = shell_env()
     done = subprocess.run(
         [sys.executable, "manage.py", "jobqueue", "status", "--json"],
         cwd=ROOT,
@@ -204,4 +210,55 @@ def test_the_command_runs_from_a_shell(queue, busy):
         text=True,
         timeout=60,
     )
-    assert bad.returncode == 1 and "--all" in bad.stderr
+    assert bad.returncode == 2 and "--all" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (("retry-dead",), 2, "retry-dead: error: give dead letter ids, or --all (narrowed by"),
+        (("retry-dead", "1", "--all"), 2, "retry-dead: error: give dead letter ids or --all, not both"),
+        (("retry-dead", "abc"), 2, "argument ID: 'abc' is not a dead letter id"),
+        (("prune", "--older-than", "-5"), 2, "argument --older-than: '-5' is not a number of seconds"),
+        (("unknown",), 2, "invalid choice: 'unknown'"),
+        (("retry-dead", "999999"), 1, "Not retried (gone, or not matching --queue / --name): #999999"),
+    ],
+)
+def test_exit_status_2_for_bad_arguments_and_1_for_a_failure(queue, args, status, message):
+    """As docs/commands.md says: argparse's 2 for a bad argument, 1 when the work fails."""
+    make_dead(queue)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "jobqueue", *args],
+        cwd=ROOT,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout if status == 2 else "") == (status, ""), done.stderr
+    assert message in done.stderr
+    assert DeadLetter.objects.count() == 1, "nothing was retried"
+
+
+def test_retry_dead_without_ids_or_all_says_which_is_missing(queue):
+    with pytest.raises(CommandError) as refused:
+        run("retry-dead", "--queue", "sms")
+    assert str(refused.value) == "Error: give dead letter ids, or --all (narrowed by --queue and --name)"
+
+
+def subcommand_parsers() -> dict[str, Any]:
+    parser = Command().create_parser("manage.py", "jobqueue")
+    (subcommands,) = [action for action in parser._actions if action.dest == "subcommand"]
+    return dict(subcommands.choices)
+
+
+def test_each_subcommand_describes_itself_and_its_own_verbosity():
+    parsers = subcommand_parsers()
+    assert set(parsers) == {"status", "retry-dead", "prune", "tick"}
+    for name, sub in parsers.items():
+        assert sub.description and len(sub.description) > 60, name
+        (verbosity,) = [action for action in sub._actions if action.dest == "sub_verbosity"]
+        if name == "retry-dead":
+            assert "one line per dead letter" in verbosity.help
+        else:
+            assert "dead letter" not in verbosity.help and "same at every level" in verbosity.help, name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from . import provider
 from .report import Outcome
 
 MAX_NUMBERS = 3
@@ -160,24 +162,21 @@ def _checks(outcome: Outcome, facts: RunFacts) -> Group:
 
 def _next_steps(console: Console, facts: RunFacts) -> None:
     """Print commands whole, never wrapped or cut, so that they can be copied."""
-    python = shell_path(Path(sys.executable))
+    python = shlex.quote(shell_path(Path(sys.executable)))
+    manage = f"{_demo_env(facts)} {python} manage.py"
     steps = [
         (
             "Browse the jobs and dead letters in the admin (http://127.0.0.1:8000/admin/):",
-            [
-                f"export DATABASE_URL=sqlite:///{facts.db_path}",
-                f"{python} manage.py createsuperuser",
-                f"{python} manage.py runserver",
-            ],
+            [f"{manage} createsuperuser", f"{manage} runserver"],
         ),
         (
-            "Replay the dead letters, then drain the queue again:",
-            [
-                f"{python} manage.py jobqueue retry-dead --all --queue otp",
-                f"{python} manage.py runworker --queue otp --burst",
-            ],
+            "Replay the dead letters, then run a worker until each is done or dead again, and stop it "
+            "with Ctrl-C (runworker --burst would exit while retries wait out their backoff):",
+            [f"{manage} jobqueue retry-dead --all --queue otp", f"{manage} runworker --queue otp"],
         ),
-        ("Read the workers' logs:", [f"less {shell_path(facts.log_dir)}/demo-worker-1.log"]),
+        ("See what is ready, waiting for a retry, running or dead:", [f"{manage} jobqueue status"]),
+        ("Read the workers' logs:", [f"less {shlex.quote(shell_path(facts.log_dir / 'demo-worker-1.log'))}"]),
+        # The demo makes its own database and sets its own seed: no variables needed.
         ("Tell the story again, differently:", [f"{python} manage.py jobqueue_demo --users 500 --seed 42"]),
         ("Run workers in production: docs/workers.md (systemd, Kubernetes, threads, deploys)", []),
         ("Why send_otp checks otp_sent_at first: docs/idempotency.md", []),
@@ -188,6 +187,18 @@ def _next_steps(console: Console, facts: RunFacts) -> None:
         for command in commands:
             console.print(f"    [bold]{escape(command)}[/]", soft_wrap=True)
     console.print()
+
+
+def _demo_env(facts: RunFacts) -> str:
+    """The variables that put a command on the demo's database, so that each works when pasted alone.
+
+    Without ``DATABASE_URL`` it would open the example project's default file;
+    without the seed, the provider would follow another script than the demo's.
+    """
+    env = "DATABASE_URL=" + shlex.quote(f"sqlite:///{facts.db_path}")
+    if facts.seed != provider.DEFAULT_SEED:
+        env += f" {provider.SEED_ENV}={facts.seed}"
+    return env
 
 
 def shell_path(path: Path) -> str:

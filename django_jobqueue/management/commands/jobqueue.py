@@ -24,6 +24,31 @@ from ...queue import QueueClient
 from ...queue.ops import RetriedDeadLetter
 from ...queue.validation import check_name, check_queue
 
+# Each subcommand's one-line help (the list in ``jobqueue --help``), then the rest of its description.
+STATUS_HELP = (
+    "Per queue: ready, scheduled, running, dead; live workers.",
+    "Also how long the oldest ready job has waited and the jobs done in the last hour. "
+    "--json prints the same for scripts and health checks.",
+)
+RETRY_HELP = (
+    "Put dead letters back on their queues.",
+    "Each becomes a new ready job with its attempts reset; give dead letter ids, or --all. "
+    "Exits with status 1, after retrying the others, if an id given was not retried.",
+)
+PRUNE_HELP = (
+    "Delete done and cancelled jobs older than KEEP_COMPLETED.",
+    "Workers do this every five minutes; dead letters are never pruned.",
+)
+TICK_HELP = (
+    "Hand expired claims back (or to the dead letters when spent).",
+    "Workers do this on their own timer; run it when none is running.",
+)
+VERBOSITY_HELP_RETRY = (
+    "0 or 1: the total, and one line per dead letter given by id; 2 or 3: one line per dead letter, "
+    "with --all too."
+)
+VERBOSITY_HELP_SAME = "Accepted for Django's usual -v; this subcommand prints the same at every level."
+
 STATUS_COLUMNS = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done (1 h)")
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "concurrency", "last heartbeat")
 
@@ -32,6 +57,16 @@ def positive_id(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a dead letter id")
     return int(text)
+
+
+def seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return value
 
 
 def checked(check: Any) -> Any:
@@ -66,40 +101,56 @@ class Command(BaseCommand):
         common.add_argument(
             "--database", default=None, help="The database alias (default: JOBQUEUE['DATABASE'])."
         )
-        # Django's -v belongs to the command, before the subcommand; this one may
-        # follow it. Its own name, or a subparser's default would hide the other.
-        common.add_argument(
-            "-v",
-            "--verbosity",
-            dest="sub_verbosity",
-            type=int,
-            choices=[0, 1, 2, 3],
-            default=None,
-            help="1: the totals; 2: one line per dead letter retried.",
-        )
         subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-        status = subcommands.add_parser(
-            "status", parents=[common], help="Per queue: ready, scheduled, running, dead; live workers."
-        )
+
+        def add(name: str, text: tuple[str, str], verbosity_help: str) -> CommandParser:
+            return self.subcommand(subcommands, name, [common], text, verbosity_help)
+
+        status = add("status", STATUS_HELP, VERBOSITY_HELP_SAME)
         status.add_argument("--json", action="store_true", help="Print JSON, for scripts and health checks.")
-        retry = subcommands.add_parser(
-            "retry-dead", parents=[common], help="Put dead letters back on their queues."
-        )
+        retry = add("retry-dead", RETRY_HELP, VERBOSITY_HELP_RETRY)
         retry.add_argument("ids", nargs="*", type=positive_id, metavar="ID", help="Dead letter ids.")
         retry.add_argument(
             "--all", action="store_true", help="Every dead letter (narrowed by --queue, --name)."
         )
         retry.add_argument("--queue", type=checked(check_queue), help="Only dead letters of this queue.")
         retry.add_argument("--name", type=checked(check_name), help="Only dead letters of this job name.")
-        prune = subcommands.add_parser(
-            "prune", parents=[common], help="Delete done and cancelled jobs older than KEEP_COMPLETED."
-        )
+        self.retry_parser = retry
+        prune = add("prune", PRUNE_HELP, VERBOSITY_HELP_SAME)
         prune.add_argument(
-            "--older-than", type=float, default=None, metavar="SECONDS", help="Instead of KEEP_COMPLETED."
+            "--older-than",
+            type=seconds_or_zero,
+            default=None,
+            metavar="SECONDS",
+            help="Instead of KEEP_COMPLETED: prune jobs finished more than this long ago (0 or more).",
         )
-        subcommands.add_parser(
-            "tick", parents=[common], help="Hand expired claims back (or to the dead letters when spent)."
+        add("tick", TICK_HELP, VERBOSITY_HELP_SAME)
+
+    def subcommand(
+        self,
+        subcommands: Any,
+        name: str,
+        parents: list[CommandParser],
+        text: tuple[str, str],
+        verbosity_help: str,
+    ) -> CommandParser:
+        """Add subcommand ``name`` with its help, its description and a ``-v`` that says what it does."""
+        summary, description = text
+        sub: CommandParser = subcommands.add_parser(
+            name, parents=parents, help=summary, description=f"{summary} {description}"
         )
+        # Django's -v belongs to the command, before the subcommand; this one may
+        # follow it. Its own name, or a subparser's default would hide the other.
+        sub.add_argument(
+            "-v",
+            "--verbosity",
+            dest="sub_verbosity",
+            type=int,
+            choices=[0, 1, 2, 3],
+            default=None,
+            help=verbosity_help,
+        )
+        return sub
 
     def handle(self, *args: Any, **options: Any) -> None:
         given = options.get("sub_verbosity")
@@ -161,8 +212,10 @@ class Command(BaseCommand):
     def retry_dead(
         self, client: QueueClient, ids: list[int], everything: bool, queue: str | None, name: str | None
     ) -> None:
-        if bool(ids) == everything:
-            raise CommandError("Give dead letter ids, or --all (narrowed by --queue and --name), not both.")
+        if not ids and not everything:
+            self.retry_parser.error("give dead letter ids, or --all (narrowed by --queue and --name)")
+        if ids and everything:
+            self.retry_parser.error("give dead letter ids or --all, not both")
         chosen = DeadLetter.objects.using(client.using).all()
         if ids:
             chosen = chosen.filter(pk__in=ids)

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...conf import jobqueue_settings
 from ...loader import load_job_modules
 from ...queue.validation import check_queue, check_worker_id
+from ...worker.console import console_logging
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = self.config(options)
+        # call_command(stderr=...) hands its stream over; from a shell it is the process's own.
+        with console_logging(options.get("stderr") or sys.stderr, options["verbosity"]):
+            self.run(config)
+
+    def run(self, config: WorkerConfig) -> None:
         modules = load_job_modules()
         logger.info("loaded job modules: %s", ", ".join(modules) or "(none)")
         supervisor = run_worker(config)
