@@ -84,6 +84,11 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     modules = jobqueue_settings.MODULES
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
         errors.append(Error("JOBQUEUE['MODULES'] must be a list of module paths.", id="django_jobqueue.E007"))
+    task_modules = jobqueue_settings.TASK_MODULES
+    if not isinstance(task_modules, list | tuple) or not all(isinstance(m, str) and m for m in task_modules):
+        errors.append(
+            Error("JOBQUEUE['TASK_MODULES'] must be a list of module paths.", id="django_jobqueue.E010")
+        )
     redacted = jobqueue_settings.REDACT_PAYLOAD_KEYS
     if not isinstance(redacted, list | tuple) or not all(isinstance(k, str) and k for k in redacted):
         errors.append(

@@ -30,6 +30,8 @@ def test_defaults_pass():
         ({"POLL_INTERVAL": 1e-9}, "django_jobqueue.E005"),
         ({"POLL_INTERVAL": 1e10}, "django_jobqueue.E005"),
         ({"POLL_INTERVAL": float("nan")}, "django_jobqueue.E005"),
+        ({"TASK_MODULES": "myapp.tasks"}, "django_jobqueue.E010"),
+        ({"TASK_MODULES": [""]}, "django_jobqueue.E010"),
         ({"BACKOFF_BASE": -1}, "django_jobqueue.E005"),
         ({"POLL_INTERVAL": "1"}, "django_jobqueue.E005"),
         ({"KEEP_COMPLETED": -1}, "django_jobqueue.E006"),
@@ -48,7 +50,7 @@ def test_local_naive_times_are_warned_about():
 
 
 def test_the_floors_and_bounds_themselves_pass():
-    assert ids(VISIBILITY_TIMEOUT=1, POLL_INTERVAL=0.01) == []
+    assert ids(VISIBILITY_TIMEOUT=1, POLL_INTERVAL=0.01, TASK_MODULES=["myapp.tasks"]) == []
     assert ids(POLL_INTERVAL=86400) == []
 
 
