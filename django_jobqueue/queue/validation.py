@@ -125,7 +125,7 @@ def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
         try:
             seconds = float(value)
         except OverflowError:  # an int too large for a float
-            raise ValueError(f"{what} of {value} seconds is more than 100 years") from None
+            raise ValueError(f"{what} of {len(str(value))} digits is more than 100 years") from None
     else:
         raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
     if not math.isfinite(seconds) or seconds < 0:

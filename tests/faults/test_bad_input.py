@@ -49,6 +49,22 @@ def test_exceptions_with_nul_characters_or_5_mb_of_text_are_stored_cleaned(queue
     assert max(len(line) for line in worker.log().splitlines()) < 1_000, "no 5 MB log line"
 
 
+def test_a_retry_delay_too_large_for_a_float_falls_back_to_the_backoff(queue, fault_worker):
+    never = queue.push("faults.raise_text", {"kind": "retry-never"}, max_attempts=2)
+    after = queue.push("faults.work", {"n": 1})
+
+    worker = fault_worker("--burst", "--concurrency", "1")
+
+    assert worker.wait(30) == 0, worker.log()[-5000:]
+    never.refresh_from_db()
+    assert (never.status, never.attempts) == ("ready", 1)
+    assert never.last_error == (
+        "Retry with a bad delay, backoff used instead: Retry's delay of 401 digits is more than 100 years"
+    )
+    assert never.run_at - never.created_at < timedelta(hours=1), "the backoff's delay, not the job's"
+    assert Job.objects.get(pk=after.pk).status == "done", "the worker went on, on its one slot"
+
+
 def assert_transaction_survives(payload: object, options: dict[str, object], message: str) -> None:
     with transaction.atomic():
         Group.objects.create(name="before")
