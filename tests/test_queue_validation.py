@@ -190,6 +190,15 @@ def test_a_visibility_timeout_below_one_second_is_refused(queue, timeout):
     assert QueueClient().push("tests.noop", {}, visibility_timeout=1).visibility_timeout == 1
 
 
+@override_settings(USE_TZ=False)
+def test_run_at_is_bounded_without_time_zone_support_too(queue):
+    for far in (datetime(9999, 12, 31), datetime(9999, 12, 31, tzinfo=UTC), datetime(1, 1, 1)):
+        with pytest.raises(ValueError, match="from 1970 to 100 years from now"):
+            enqueue("tests.noop", {}, run_at=far)
+    assert not Job.objects.exists()
+    assert enqueue("tests.noop", {}, run_at=datetime(2030, 1, 1)).run_at == datetime(2030, 1, 1)
+
+
 def test_run_at_within_the_bounds_is_kept(queue):
     soon = datetime(1970, 1, 1, tzinfo=UTC)
     later = datetime.now(UTC) + timedelta(days=365 * 99)

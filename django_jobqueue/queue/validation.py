@@ -172,7 +172,8 @@ def check_run_at(run_at: object) -> datetime:
     aware = timezone.is_aware(run_at)
     earliest = MIN_RUN_AT if aware else MIN_RUN_AT.replace(tzinfo=None)
     # Not a lease decision, only a sanity bound: the local clock is good enough.
-    latest = (timezone.now() if aware else datetime.now()) + timedelta(seconds=MAX_DELAY_SECONDS)
+    # Without USE_TZ, timezone.now() is naive while run_at may still be aware: compare like with like.
+    latest = (datetime.now(UTC) if aware else datetime.now()) + timedelta(seconds=MAX_DELAY_SECONDS)
     try:
         in_range = earliest <= run_at <= latest
     except OverflowError:  # an offset that pushes the time past year 1 or 9999
