@@ -30,8 +30,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import jobqueue_settings
-from .exceptions import JobPayloadError
-from .queue.validation import MAX_NAME_LENGTH, check_max_attempts, check_queue, to_seconds
+from .exceptions import Fail, JobPayloadError
+from .queue.validation import MAX_NAME_LENGTH, check_max_attempts, check_queue, check_visibility_timeout
 
 if TYPE_CHECKING:
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
@@ -140,7 +140,7 @@ class JobQueueBackend(BaseTaskBackend):
         try:
             check_queue(task.queue_name)
             check_max_attempts(self.task_option(task, "max_attempts"))
-            to_seconds(self.task_option(task, "visibility_timeout"), "visibility_timeout", allow_zero=False)
+            check_visibility_timeout(self.task_option(task, "visibility_timeout"))
         except ValueError as exc:
             raise InvalidTask(f"Task {task.module_path!r}: {exc}.") from None
 
@@ -152,9 +152,13 @@ class JobQueueBackend(BaseTaskBackend):
         """
         from .queue import ops
         from .queue.client import prepare_job
-        from .task_rows import result_from_job
+        from .task_rows import check_task_module, result_from_job
 
         self.validate_task(task)
+        try:
+            check_task_module(task.module_path)
+        except Fail as exc:
+            raise InvalidTask(f"{exc}; workers would refuse it.") from None
         check_findable(task)
         try:
             payload = {"args": normalize_json(list(args)), "kwargs": normalize_json(dict(kwargs))}
@@ -246,7 +250,7 @@ def _check_values(where: str, max_attempts: Any, visibility_timeout: Any) -> lis
         if max_attempts is not None:
             check_max_attempts(max_attempts)
         if visibility_timeout is not None:
-            to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+            check_visibility_timeout(visibility_timeout)
     except ValueError as exc:
         errors.append(checks.Error(f"{where}: {exc}.", id="django_jobqueue.E105"))
     return errors

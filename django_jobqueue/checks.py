@@ -9,7 +9,12 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import DEFAULTS, jobqueue_settings
-from .queue.validation import check_max_attempts, check_queue, to_seconds
+from .queue.validation import (
+    check_max_attempts,
+    check_poll_interval,
+    check_queue,
+    check_visibility_timeout,
+)
 
 
 def _number(value: Any, minimum: float, *, strict: bool) -> bool:
@@ -48,18 +53,21 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     except ValueError as exc:
         errors.append(Error(f"JOBQUEUE['MAX_ATTEMPTS']: {exc}.", id="django_jobqueue.E004"))
     try:
-        to_seconds(jobqueue_settings.VISIBILITY_TIMEOUT, "VISIBILITY_TIMEOUT", allow_zero=False)
+        check_visibility_timeout(jobqueue_settings.VISIBILITY_TIMEOUT, "VISIBILITY_TIMEOUT")
     except ValueError as exc:
         errors.append(Error(f"JOBQUEUE['VISIBILITY_TIMEOUT']: {exc}.", id="django_jobqueue.E005"))
     positive = (
         "BACKOFF_BASE",
         "BACKOFF_MAX",
-        "POLL_INTERVAL",
         "MAX_PAYLOAD_BYTES",
     )
     for key in positive:
         if not _number(getattr(jobqueue_settings, key), 0, strict=True):
             errors.append(Error(f"JOBQUEUE[{key!r}] must be a number above 0.", id="django_jobqueue.E005"))
+    try:
+        check_poll_interval(jobqueue_settings.POLL_INTERVAL, "POLL_INTERVAL")
+    except ValueError as exc:
+        errors.append(Error(f"JOBQUEUE['POLL_INTERVAL']: {exc}.", id="django_jobqueue.E005"))
     if not _number(jobqueue_settings.KEEP_COMPLETED, 0, strict=False):
         errors.append(
             Error("JOBQUEUE['KEEP_COMPLETED'] must be 0 or more seconds.", id="django_jobqueue.E006")
@@ -76,6 +84,11 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     modules = jobqueue_settings.MODULES
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
         errors.append(Error("JOBQUEUE['MODULES'] must be a list of module paths.", id="django_jobqueue.E007"))
+    task_modules = jobqueue_settings.TASK_MODULES
+    if not isinstance(task_modules, list | tuple) or not all(isinstance(m, str) and m for m in task_modules):
+        errors.append(
+            Error("JOBQUEUE['TASK_MODULES'] must be a list of module paths.", id="django_jobqueue.E010")
+        )
     redacted = jobqueue_settings.REDACT_PAYLOAD_KEYS
     if not isinstance(redacted, list | tuple) or not all(isinstance(k, str) and k for k in redacted):
         errors.append(

@@ -22,6 +22,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1_000_000,
     "POLL_INTERVAL": 1.0,
     "MODULES": [],
+    # Modules (or packages) outside the installed apps whose Django Tasks a worker may import.
+    "TASK_MODULES": [],
     # Payload keys (at any depth, any case) whose values the admin shows as "[redacted]".
     "REDACT_PAYLOAD_KEYS": [],
     # PostgreSQL: the per-job statements (enqueue, claim, ack) prepared, planned once per connection.
@@ -42,6 +44,7 @@ class JobQueueSettings:
     MAX_PAYLOAD_BYTES: int
     POLL_INTERVAL: float
     MODULES: list[str]
+    TASK_MODULES: list[str]
     REDACT_PAYLOAD_KEYS: list[str]
     PREPARED_STATEMENTS: bool
 

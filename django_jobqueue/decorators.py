@@ -16,7 +16,7 @@ from .queue.validation import (
     check_name,
     check_priority,
     check_queue,
-    to_seconds,
+    check_visibility_timeout,
 )
 
 
@@ -120,9 +120,7 @@ def job(
             priority=check_priority(priority) if priority is not None else None,
             max_attempts=check_max_attempts(max_attempts) if max_attempts is not None else None,
             visibility_timeout=(
-                to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
-                if visibility_timeout is not None
-                else None
+                check_visibility_timeout(visibility_timeout) if visibility_timeout is not None else None
             ),
             takes_context=bool(takes_context),
             fail_on=check_fail_on(fail_on),

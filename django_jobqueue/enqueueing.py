@@ -65,6 +65,8 @@ def enqueue_many(
             raise ValueError(f"item {index}: expected (name, payload) or (name, payload, options)")
         if len(item) == 2:
             options = batch_options
+        elif not isinstance(item[2], Mapping):
+            raise TypeError(f"item {index}: options must be a dict, not {type(item[2]).__name__}")
         else:
             options = dict(item[2])
             if queue is not None and options.get("queue") is None:

@@ -14,6 +14,8 @@ from dataclasses import replace
 from importlib import import_module
 from typing import Any
 
+from django.apps import apps
+
 from .backends import (
     InvalidTask,
     Task,
@@ -22,6 +24,7 @@ from .backends import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
+from .conf import jobqueue_settings
 from .exceptions import Fail, UnknownJobError
 from .models import DeadLetter, Job, JobStatus
 
@@ -45,12 +48,15 @@ def resolve_task(path: str) -> Task:
     """Return the ``Task`` at module path ``path``, importing its module.
 
     Only a task job's name (a row marked by the backend) may come here. Raise
-    ``UnknownJobError`` if the module or the name is missing (a deploy may bring
-    it), ``Fail`` if what is there is not a ``Task``: it is never called.
+    ``Fail`` if the module is outside the allowed ones (``check_task_module``;
+    it is never imported), ``UnknownJobError`` if the module or the name is
+    missing (a deploy may bring it), ``Fail`` if what is there is not a
+    ``Task``: it is never called.
     """
     module_name, _, attribute = path.rpartition(".")
     if not module_name:
         raise Fail(f"{path!r} is not a task path ('<module>.<function name>')")
+    check_task_module(path)
     try:
         module = import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -61,6 +67,22 @@ def resolve_task(path: str) -> Task:
     if not isinstance(found, Task):
         raise Fail(f"refused to run {path!r}: it is a {type(found).__name__}, not a Task")
     return found
+
+
+def check_task_module(path: str) -> None:
+    """Raise ``Fail`` unless task ``path`` is in an installed app or in ``JOBQUEUE["TASK_MODULES"]``.
+
+    A row's name is data: whoever can write a row must not choose which module
+    a worker imports (importing runs the module's top-level code).
+    """
+    module_name = path.rpartition(".")[0]
+    allowed = [app.name for app in apps.get_app_configs()]
+    allowed += list(jobqueue_settings.TASK_MODULES)
+    if not any(module_name == prefix or module_name.startswith(f"{prefix}.") for prefix in allowed):
+        raise Fail(
+            f"refused to import {module_name!r} for task {path!r}: it is not a module of an "
+            "installed app nor listed in JOBQUEUE['TASK_MODULES']"
+        )
 
 
 def task_for_row(row: Job | DeadLetter, found: Task) -> Task:

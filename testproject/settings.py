@@ -89,6 +89,8 @@ JOBQUEUE = {
     "KEEP_COMPLETED": env.float("JOBQUEUE_KEEP_COMPLETED", default=86400.0),
     # Extra modules of @job functions for runworker; the tests add theirs here.
     "MODULES": env.list("JOBQUEUE_MODULES", default=[]),
+    # Django Tasks outside the installed apps that workers may import: the test suite's.
+    "TASK_MODULES": env.list("JOBQUEUE_TASK_MODULES", default=["tests.tasks_for_workers"]),
     # The demo shortens the backoff so that retries happen within seconds.
     "MAX_ATTEMPTS": env.int("JOBQUEUE_MAX_ATTEMPTS", default=5),
     "BACKOFF_BASE": env.float("JOBQUEUE_BACKOFF_BASE", default=1.0),

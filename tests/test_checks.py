@@ -25,6 +25,13 @@ def test_defaults_pass():
         ({"MAX_ATTEMPTS": 0}, "django_jobqueue.E004"),
         ({"VISIBILITY_TIMEOUT": 0}, "django_jobqueue.E005"),
         ({"VISIBILITY_TIMEOUT": 10**12}, "django_jobqueue.E005"),
+        ({"VISIBILITY_TIMEOUT": 0.05}, "django_jobqueue.E005"),
+        ({"VISIBILITY_TIMEOUT": 1e-9}, "django_jobqueue.E005"),
+        ({"POLL_INTERVAL": 1e-9}, "django_jobqueue.E005"),
+        ({"POLL_INTERVAL": 1e10}, "django_jobqueue.E005"),
+        ({"POLL_INTERVAL": float("nan")}, "django_jobqueue.E005"),
+        ({"TASK_MODULES": "myapp.tasks"}, "django_jobqueue.E010"),
+        ({"TASK_MODULES": [""]}, "django_jobqueue.E010"),
         ({"BACKOFF_BASE": -1}, "django_jobqueue.E005"),
         ({"POLL_INTERVAL": "1"}, "django_jobqueue.E005"),
         ({"KEEP_COMPLETED": -1}, "django_jobqueue.E006"),
@@ -40,3 +47,17 @@ def test_bad_settings_are_reported(setting, check_id):
 def test_local_naive_times_are_warned_about():
     with override_settings(USE_TZ=False, TIME_ZONE="America/New_York"):
         assert [m.id for m in check_jobqueue_settings()] == ["django_jobqueue.W002"]
+
+
+def test_the_floors_and_bounds_themselves_pass():
+    assert ids(VISIBILITY_TIMEOUT=1, POLL_INTERVAL=0.01, TASK_MODULES=["myapp.tasks"]) == []
+    assert ids(POLL_INTERVAL=86400) == []
+
+
+def test_a_visibility_timeout_below_the_floor_is_explained():
+    with override_settings(JOBQUEUE={"VISIBILITY_TIMEOUT": 0.05}):
+        [message] = check_jobqueue_settings()
+    assert message.msg == (
+        "JOBQUEUE['VISIBILITY_TIMEOUT']: VISIBILITY_TIMEOUT must be at least 1 second, got 0.05: "
+        "a shorter claim expires before the heartbeat can extend it."
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import decimal
 import math
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 from django.contrib.auth.models import Group
@@ -96,6 +96,15 @@ BAD_OPTIONS = [
     pytest.param({"delay": -1}, "0 seconds or more", id="delay-negative"),
     pytest.param({"delay": timedelta(days=-1)}, "0 seconds or more", id="delay-negative-timedelta"),
     pytest.param({"delay": timedelta(days=365 * 8000)}, "more than 100 years", id="delay-year-9999"),
+    pytest.param({"delay": 10**400}, "more than 100 years", id="delay-too-big-for-a-float"),
+    pytest.param({"run_at": datetime(9999, 12, 31, tzinfo=UTC)}, "from 1970 to 100 years", id="run-at-9999"),
+    pytest.param({"run_at": datetime(1, 1, 1, tzinfo=UTC)}, "from 1970 to 100 years", id="run-at-year-1"),
+    pytest.param(
+        {"run_at": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
+        "from 1970 to 100 years",
+        id="run-at-9999-behind-utc",
+    ),
+    pytest.param({"unique_key": "k\ud800"}, "lone surrogate", id="unique-key-surrogate"),
     pytest.param({"delay": float("nan")}, "0 seconds or more", id="delay-nan"),
     pytest.param({"delay": "5"}, "timedelta or seconds", id="delay-string"),
     pytest.param({"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=UTC)}, "not both", id="delay-and-run-at"),
@@ -121,6 +130,11 @@ def test_bad_options_raise_value_error_and_write_nothing(queue, options, message
         ("line\nbreak", "control characters"),
         (" padded ", "surrounding spaces"),
         (None, "must be a string"),
+        ("send_otp\ud800", r"lone surrogate \(U\+D800\) at position 8"),
+        ("send_otp\u200b", r"U\+200B \(ZERO WIDTH SPACE\) at position 8"),
+        ("send_\u202eptO", r"U\+202E \(RIGHT-TO-LEFT OVERRIDE\)"),
+        ("a\u2028b", r"U\+2028 \(LINE SEPARATOR\)"),
+        ("a\x85b", r"U\+0085"),
     ],
 )
 def test_bad_job_names(queue, name, message):
@@ -149,6 +163,46 @@ def test_enqueue_many_names_the_bad_item_and_writes_nothing(queue):
     with pytest.raises(ValueError, match="item 1: expected"):
         enqueue_many([("tests.noop", {}), ("only-a-name",)])
     assert not Job.objects.exists()
+
+
+def test_enqueue_many_names_the_item_whose_options_are_not_a_dict(queue):
+    with pytest.raises(TypeError, match="item 1: options must be a dict, not int"):
+        enqueue_many([("tests.noop", {}), ("tests.noop", {}, 5)])
+    with pytest.raises(TypeError, match="item 0: enqueue options must be a dict, not list"):
+        QueueClient().push_many([("tests.noop", {}, ["priority"])])
+    assert not Job.objects.exists()
+
+
+def test_names_in_other_scripts_are_fine(queue):
+    assert enqueue("tests.отправить_код", {}).name == "tests.отправить_код"
+
+
+@pytest.mark.parametrize("timeout", [0.05, 1e-9, 0.999, timedelta(milliseconds=500)])
+def test_a_visibility_timeout_below_one_second_is_refused(queue, timeout):
+    with pytest.raises(ValueError, match="visibility_timeout must be at least 1 second"):
+        QueueClient().push("tests.noop", {}, visibility_timeout=timeout)
+    with (
+        override_settings(JOBQUEUE={"VISIBILITY_TIMEOUT": timeout}),
+        pytest.raises(ValueError, match="at least"),
+    ):
+        enqueue("tests.noop", {})
+    assert not Job.objects.exists()
+    assert QueueClient().push("tests.noop", {}, visibility_timeout=1).visibility_timeout == 1
+
+
+@override_settings(USE_TZ=False)
+def test_run_at_is_bounded_without_time_zone_support_too(queue):
+    for far in (datetime(9999, 12, 31), datetime(9999, 12, 31, tzinfo=UTC), datetime(1, 1, 1)):
+        with pytest.raises(ValueError, match="from 1970 to 100 years from now"):
+            enqueue("tests.noop", {}, run_at=far)
+    assert not Job.objects.exists()
+    assert enqueue("tests.noop", {}, run_at=datetime(2030, 1, 1)).run_at == datetime(2030, 1, 1)
+
+
+def test_run_at_within_the_bounds_is_kept(queue):
+    soon = datetime(1970, 1, 1, tzinfo=UTC)
+    later = datetime.now(UTC) + timedelta(days=365 * 99)
+    assert [enqueue("tests.noop", {}, run_at=when).run_at for when in (soon, later)] == [soon, later]
 
 
 def test_unknown_enqueue_options_are_refused(queue):

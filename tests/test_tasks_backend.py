@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from importlib.util import find_spec
 
@@ -24,6 +25,8 @@ from django_jobqueue.backends import (
 )
 from django_jobqueue.exceptions import JobPayloadError
 from django_jobqueue.models import DeadLetter, Job
+from django_jobqueue.queue import ops
+from django_jobqueue.queue.client import prepare_job
 from tests import tasks_for_workers as tasks
 from tests.conftest import count_jobs
 
@@ -310,3 +313,33 @@ def test_system_checks_report_bad_options(db, settings):
         "django_jobqueue.E105",
         "django_jobqueue.E105",
     ]
+
+
+def test_a_task_outside_the_allowed_modules_is_refused_at_enqueue(queue, settings):
+    settings.JOBQUEUE = {**settings.JOBQUEUE, "TASK_MODULES": []}
+
+    with pytest.raises(InvalidTask, match="refused to import 'tests.tasks_for_workers' for task"):
+        tasks.add.enqueue(1, 2)
+    assert not Job.objects.exists()
+
+
+def test_get_result_never_imports_a_module_outside_the_allowed_ones(queue, monkeypatch, tmp_path):
+    canary = tmp_path / "canary"
+    monkeypatch.setenv("JOBQUEUE_CANARY", str(canary))
+    monkeypatch.delitem(sys.modules, "tests.canary_module", raising=False)
+    marked = prepare_job("tests.canary_module.run", {"args": [], "kwargs": {}}, {})
+    row = ops.insert_jobs("default", [marked._replace(task_backend="default")])[0]
+
+    with pytest.raises(TaskResultDoesNotExist, match="refused to import 'tests.canary_module'"):
+        tasks.add.get_backend().get_result(str(row.pk))
+    assert "tests.canary_module" not in sys.modules
+    assert not canary.exists()
+
+
+def test_a_visibility_timeout_below_the_floor_is_refused(queue, settings):
+    settings.TASKS = tasks_setting(OPTIONS={"VISIBILITY_TIMEOUT": 0.05})
+
+    with pytest.raises(InvalidTask, match="visibility_timeout must be at least 1 second, got 0.05"):
+        tasks.add.enqueue(1, 2)
+    assert not Job.objects.exists()
+    assert "django_jobqueue.E105" in [message.id for message in run_checks()]

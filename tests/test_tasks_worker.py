@@ -144,25 +144,41 @@ def test_refresh_follows_a_running_task(queue, start_worker, events_path, tmp_pa
 
 def test_what_is_not_a_task_is_refused_and_never_called(queue, start_worker, tmp_path):
     called = tmp_path / "called"
-    touched = tmp_path / "os-system-ran"
     plain = marked_job(
         "tests.tasks_for_workers.plain_function", {"args": [str(called)], "kwargs": {}}, max_attempts=3
     )
-    system = marked_job("os.system", {"args": [f"touch {touched}"], "kwargs": {}}, max_attempts=3)
-    missing = marked_job("tests.no_such_module.f", {"args": [], "kwargs": {}}, max_attempts=3)
+    missing = marked_job("testproject.demo.no_such_module.f", {"args": [], "kwargs": {}}, max_attempts=3)
 
     worker = start_worker("--burst")
 
     assert worker.wait() == 0, worker.log()
-    for job, kind in [(plain, "function"), (system, "builtin_function_or_method")]:
-        dead = DeadLetter.objects.get(job_id=job.pk)
-        assert dead.error == f"Fail: refused to run {job.name!r}: it is a {kind}, not a Task"
-        assert dead.attempts == 1 and dead.task_backend == "default"
+    dead = DeadLetter.objects.get(job_id=plain.pk)
+    assert dead.error == f"Fail: refused to run {plain.name!r}: it is a function, not a Task"
+    assert dead.attempts == 1 and dead.task_backend == "default"
     assert not called.exists(), "a function that is not a Task was called"
-    assert not touched.exists(), "os.system ran"
     missing.refresh_from_db()
     assert (missing.status, missing.attempts) == ("ready", 1), "retried: a deploy may bring the module"
-    assert "no module 'tests.no_such_module'" in missing.last_error
+    assert "no module 'testproject.demo.no_such_module'" in missing.last_error
+
+
+def test_a_task_row_outside_the_allowed_modules_is_refused_before_any_import(queue, start_worker, tmp_path):
+    touched = tmp_path / "os-system-ran"
+    canary = tmp_path / "canary"
+    system = marked_job("os.system", {"args": [f"touch {touched}"], "kwargs": {}}, max_attempts=3)
+    imported = marked_job("tests.canary_module.run", {"args": [], "kwargs": {}}, max_attempts=3)
+
+    worker = start_worker("--burst", env={"JOBQUEUE_CANARY": str(canary)})
+
+    assert worker.wait() == 0, worker.log()
+    for job, module in [(system, "os"), (imported, "tests.canary_module")]:
+        dead = DeadLetter.objects.get(job_id=job.pk)
+        assert dead.error == (
+            f"Fail: refused to import {module!r} for task {job.name!r}: it is not a module of an "
+            "installed app nor listed in JOBQUEUE['TASK_MODULES']"
+        )
+        assert dead.attempts == 1, "dead-lettered at once: no retry imports it later"
+    assert not canary.exists(), "a task row's name made the worker import a module of its choosing"
+    assert not touched.exists(), "os.system ran"
 
 
 def test_a_task_whose_result_cannot_be_stored_fails_after_one_run(queue, start_worker, events_path):

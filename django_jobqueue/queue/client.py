@@ -30,6 +30,7 @@ from .validation import (
     check_queue,
     check_run_at,
     check_unique_key,
+    check_visibility_timeout,
     check_worker_id,
     clean_text,
     encode_payload_and_copy,
@@ -365,16 +366,12 @@ def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[s
     return JobPreparer().prepare(name, payload, options)
 
 
-def _check_visibility_timeout(value: object) -> float:
-    return to_seconds(value, "visibility_timeout", allow_zero=False)
-
-
 # The options that have a default (``@job``'s, else the setting's) and the check each value passes.
 _DEFAULTED: dict[str, Callable[[Any], Any]] = {
     "queue": check_queue,
     "priority": check_priority,
     "max_attempts": check_max_attempts,
-    "visibility_timeout": _check_visibility_timeout,
+    "visibility_timeout": check_visibility_timeout,
 }
 
 
@@ -441,6 +438,8 @@ class JobPreparer:
         self, name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> ops.NewJob:
         """Check every option and fill in the defaults, as ``prepare_job`` does."""
+        if not isinstance(options, Mapping):
+            raise TypeError(f"enqueue options must be a dict, not {type(options).__name__}")
         if options and not ENQUEUE_OPTIONS.issuperset(options):
             unknown = set(options) - ENQUEUE_OPTIONS
             raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timedelta
+import unicodedata
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -28,9 +29,25 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 # Far enough for any real schedule, near enough that now + delay never overflows.
 MAX_DELAY_SECONDS = 100 * 366 * 86400.0
 MAX_PAYLOAD_DEPTH = 100
+# The heartbeat extends a claim every third of its timeout, and a beat is a
+# database round trip that may queue behind others: below a second, a busy
+# worker's beats come too late and every job it runs is handed out again.
+MIN_VISIBILITY_TIMEOUT = 1.0
+# A run_at before the Unix epoch has no meaning for a queue (fire times count
+# from it); one beyond MAX_DELAY_SECONDS from now cannot be shown in every
+# time zone (year 9999 overflows when converted).
+MIN_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+# Below 10 ms a worker does little but poll (one transaction each); above a
+# day a timer's wait overflows the platform's limit.
+MIN_POLL_INTERVAL = 0.01
+MAX_POLL_INTERVAL = 86400.0
 
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_\-.:]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# Unicode categories refused in names: controls, format characters (zero-width
+# and bidi marks that make two names look alike), lone surrogates, and line
+# and paragraph separators.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 # The one JSON encoding of payloads and results: compact, non-ASCII kept as is,
 # NaN and Infinity refused. One encoder for every call spares json.dumps
 # building a new one each time it is given options.
@@ -55,7 +72,21 @@ def check_name(name: object) -> str:
         raise ValueError(f"job name must be 1 to {MAX_NAME_LENGTH} characters, got {len(name)}")
     if _CONTROL_RE.search(name) or name != name.strip():
         raise ValueError(f"job name {name!r} holds control characters or surrounding spaces")
+    if not name.isascii():
+        _check_visible(name, "job name")
     return name
+
+
+def _check_visible(text: str, what: str) -> None:
+    """Raise ``ValueError`` naming the first character of ``text`` that cannot be seen or stored."""
+    _check_encodable(text, what)
+    for position, char in enumerate(text):
+        if unicodedata.category(char) in _INVISIBLE_CATEGORIES:
+            label = unicodedata.name(char, "control character")
+            raise ValueError(
+                f"{what} {text!r} holds the invisible character U+{ord(char):04X} ({label}) "
+                f"at position {position}; names must be visible text"
+            )
 
 
 def check_queue(queue: object) -> str:
@@ -91,7 +122,10 @@ def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            raise ValueError(f"{what} of {len(str(value))} digits is more than 100 years") from None
     else:
         raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
     if not math.isfinite(seconds) or seconds < 0:
@@ -103,11 +137,49 @@ def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
     return seconds
 
 
+def check_visibility_timeout(value: object, what: str = "visibility_timeout") -> float:
+    """Return a visibility timeout in seconds: from ``MIN_VISIBILITY_TIMEOUT`` to 100 years."""
+    seconds = to_seconds(value, what, allow_zero=False)
+    if seconds < MIN_VISIBILITY_TIMEOUT:
+        raise ValueError(
+            f"{what} must be at least {MIN_VISIBILITY_TIMEOUT:g} second, got {seconds:g}: "
+            "a shorter claim expires before the heartbeat can extend it"
+        )
+    return seconds
+
+
+def check_poll_interval(value: object, what: str = "poll_interval") -> float:
+    """Return a poll interval in seconds: a number from 0.01 to 86400."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not MIN_POLL_INTERVAL <= seconds <= MAX_POLL_INTERVAL:  # False for NaN too
+        raise ValueError(
+            f"{what} must be from {MIN_POLL_INTERVAL:g} to {MAX_POLL_INTERVAL:g} seconds, got {value}"
+        )
+    return seconds
+
+
 def check_run_at(run_at: object) -> datetime:
+    """Return ``run_at`` if it is a datetime from 1970 to 100 years from now (aware under ``USE_TZ``)."""
     if not isinstance(run_at, datetime):
         raise ValueError(f"run_at must be a datetime, not {type(run_at).__name__}")
     if settings.USE_TZ and timezone.is_naive(run_at):
         raise ValueError("run_at must be timezone-aware when USE_TZ is on")
+    aware = timezone.is_aware(run_at)
+    earliest = MIN_RUN_AT if aware else MIN_RUN_AT.replace(tzinfo=None)
+    # Not a lease decision, only a sanity bound: the local clock is good enough.
+    # Without USE_TZ, timezone.now() is naive while run_at may still be aware: compare like with like.
+    latest = (datetime.now(UTC) if aware else datetime.now()) + timedelta(seconds=MAX_DELAY_SECONDS)
+    try:
+        in_range = earliest <= run_at <= latest
+    except OverflowError:  # an offset that pushes the time past year 1 or 9999
+        in_range = False
+    if not in_range:
+        raise ValueError(f"run_at {run_at.isoformat()} must be from 1970 to 100 years from now")
     return run_at
 
 
@@ -116,7 +188,19 @@ def check_unique_key(key: object) -> str:
         raise ValueError(f"unique_key must be a string of 1 to {MAX_UNIQUE_KEY_LENGTH} characters")
     if "\x00" in key:
         raise ValueError("unique_key must not hold NUL characters")
+    if not key.isascii():
+        _check_encodable(key, "unique_key")
     return key
+
+
+def _check_encodable(text: str, what: str) -> None:
+    """Raise ``ValueError`` if ``text`` holds a lone surrogate, which no database can store."""
+    for position, char in enumerate(text):
+        if unicodedata.category(char) == "Cs":
+            raise ValueError(
+                f"{what} {text!r} holds a lone surrogate (U+{ord(char):04X}) at position {position}, "
+                "which is not valid Unicode and cannot be stored"
+            )
 
 
 def check_worker_id(worker_id: object) -> str:
@@ -124,6 +208,8 @@ def check_worker_id(worker_id: object) -> str:
         raise ValueError(f"worker_id must be a string of 1 to {MAX_WORKER_ID_LENGTH} characters")
     if _CONTROL_RE.search(worker_id):
         raise ValueError("worker_id must not hold control characters")
+    if not worker_id.isascii():
+        _check_encodable(worker_id, "worker_id")
     return worker_id
 
 

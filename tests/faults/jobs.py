@@ -85,6 +85,8 @@ def raise_text(kind: str) -> None:
         raise Fail("no\x00thanks")
     if kind == "retry-huge":
         raise Retry(reason="y" * 5_000_000)
+    if kind == "retry-never":
+        raise Retry(delay=10**400)  # more seconds than a float holds
     raise ValueError("x" * 5_000_000 + "END")
 
 

@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import stats
@@ -155,6 +156,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         given = options.get("sub_verbosity")
         self.verbosity = int(options["verbosity"] if given is None else given)
+        if options["database"] is not None and options["database"] not in settings.DATABASES:
+            raise CommandError(f"--database {options['database']!r} is not a key of DATABASES")
         client = QueueClient(options["database"])
         subcommand = options["subcommand"]
         if subcommand == "status":

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from argparse import ArgumentParser, ArgumentTypeError
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -13,48 +14,80 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import jobqueue_settings
 from ...loader import load_job_modules
-from ...queue.validation import check_queue, check_worker_id
+from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...worker.console import console_logging
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
 
 logger = logging.getLogger(__name__)
 
 
+# Each slot is a thread (or a child process) and a database connection.
+MAX_CONCURRENCY = 1000
+# Waits beyond a day overflow timers, and outlast any process manager's patience.
+MAX_SHUTDOWN_TIMEOUT = 86400.0
+
+
 def queue_and_weight(text: str) -> tuple[str, int]:
-    """Parse ``NAME[:WEIGHT]``. Queue names may hold ``:``, so only a trailing ``:<digits>`` is a weight;
-    a queue whose name ends that way is given with an explicit weight (``a:1:1``)."""
+    """Parse ``NAME[:WEIGHT]``: the text after the last ``:`` is the weight, a positive integer.
+
+    Queue names may hold ``:``, so a queue named ``a:b`` is given with its
+    weight (``a:b:1``); ``a:b`` alone is refused rather than served as queue
+    ``a`` or ``a:b`` by a guess.
+    """
     name, colon, weight = text.rpartition(":")
-    if not colon or not weight.isdigit():
+    if not colon:
         name, weight = text, "1"
     try:
         check_queue(name)
     except ValueError as exc:
         raise ArgumentTypeError(str(exc)) from None
-    if int(weight) < 1:
-        raise ArgumentTypeError(f"the weight of queue {name!r} must be 1 or more")
+    if not (weight.isascii() and weight.isdigit()) or int(weight) < 1:
+        raise ArgumentTypeError(
+            f"the weight of queue {name!r} must be a whole number of 1 or more, got {weight!r} "
+            f"(a queue whose name holds ':' is given with its weight: {text}:1)"
+        )
     return name, int(weight)
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
+def positive_int(text: str, *, maximum: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < 1:
         raise ArgumentTypeError(f"must be 1 or more, got {value}")
+    if maximum is not None and value > maximum:
+        raise ArgumentTypeError(f"must be at most {maximum}, got {value}")
     return value
 
 
-def seconds(text: str, *, allow_zero: bool) -> float:
-    value = float(text)
-    if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
-        raise ArgumentTypeError(f"must be {'0 or more' if allow_zero else 'more than 0'} seconds, got {text}")
+def concurrency(text: str) -> int:
+    return positive_int(text, maximum=MAX_CONCURRENCY)
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+
+
+def checked_seconds(check: Callable[[float], float]) -> Callable[[str], float]:
+    """An argument type that parses seconds and passes them through ``check``."""
+
+    def parse(text: str) -> float:
+        try:
+            return check(number(text))
+        except ValueError as exc:
+            raise ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def shutdown_seconds(value: float) -> float:
+    if not 0 <= value <= MAX_SHUTDOWN_TIMEOUT:  # False for NaN too
+        raise ValueError(f"must be from 0 to {MAX_SHUTDOWN_TIMEOUT:g} seconds, got {value}")
     return value
-
-
-def positive_seconds(text: str) -> float:
-    return seconds(text, allow_zero=False)
-
-
-def seconds_or_zero(text: str) -> float:
-    return seconds(text, allow_zero=True)
 
 
 class Command(BaseCommand):
@@ -73,10 +106,14 @@ class Command(BaseCommand):
             default=[],
             metavar="NAME[:WEIGHT]",
             help="A queue to serve, with its share of the slots (default weight 1); repeat for "
-            "several queues. Default: every queue, highest priority first.",
+            "several queues. The text after the last ':' is the weight, so a queue whose name "
+            "holds ':' is given with one (a:b:1). Default: every queue, highest priority first.",
         )
         parser.add_argument(
-            "--concurrency", type=positive_int, default=1, help="Jobs run at once, each in a thread."
+            "--concurrency",
+            type=concurrency,
+            default=1,
+            help=f"Jobs run at once, each in a thread (1 to {MAX_CONCURRENCY}).",
         )
         parser.add_argument(
             "--worker-id", help="Name of this worker in claims and logs. Default: <hostname>-<pid>-<random>."
@@ -89,19 +126,19 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--visibility-timeout",
-            type=positive_seconds,
+            type=checked_seconds(lambda value: check_visibility_timeout(value, "--visibility-timeout")),
             metavar="S",
             help="Claim jobs for this long between heartbeats, instead of each job's own timeout.",
         )
         parser.add_argument(
             "--poll-interval",
-            type=positive_seconds,
+            type=checked_seconds(lambda value: check_poll_interval(value, "--poll-interval")),
             metavar="S",
             help="Look for due jobs at least this often. Default: JOBQUEUE['POLL_INTERVAL'].",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=seconds_or_zero,
+            type=checked_seconds(shutdown_seconds),
             default=25.0,
             metavar="S",
             help="On SIGTERM/SIGINT, wait this long for running jobs before handing them back "
