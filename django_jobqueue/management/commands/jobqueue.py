@@ -16,7 +16,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import stats
@@ -24,6 +23,7 @@ from ...models import DeadLetter
 from ...queue import QueueClient
 from ...queue.ops import RetriedDeadLetter
 from ...queue.validation import check_name, check_queue
+from ..arguments import database_alias
 
 # Each subcommand's one-line help (the list in ``jobqueue --help``), then the rest of its description.
 STATUS_HELP = (
@@ -100,7 +100,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
         common.add_argument(
-            "--database", default=None, help="The database alias (default: JOBQUEUE['DATABASE'])."
+            "--database",
+            default=None,
+            type=database_alias,
+            help="The database alias (default: JOBQUEUE['DATABASE']).",
         )
         subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 
@@ -156,8 +159,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         given = options.get("sub_verbosity")
         self.verbosity = int(options["verbosity"] if given is None else given)
-        if options["database"] is not None and options["database"] not in settings.DATABASES:
-            raise CommandError(f"--database {options['database']!r} is not a key of DATABASES")
         client = QueueClient(options["database"])
         subcommand = options["subcommand"]
         if subcommand == "status":

@@ -17,6 +17,7 @@ from ...loader import load_job_modules
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...worker.console import console_logging
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
+from ..arguments import database_alias
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,9 @@ class Command(BaseCommand):
             "(default 25; keep it below your process manager's grace period).",
         )
         parser.add_argument(
-            "--database", help="The database alias of the queue. Default: JOBQUEUE['DATABASE']."
+            "--database",
+            type=database_alias,
+            help="The database alias of the queue. Default: JOBQUEUE['DATABASE'].",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
