@@ -26,7 +26,7 @@ from ..models import DeadLetter
 from ..queue.ops import RetriedDeadLetter
 from .audit import log_deleted, log_retried
 from .base import OperatorAdmin, parse_id
-from .display import EMPTY, cut, pill, preformatted, pretty_payload, seconds, timestamp, with_relative
+from .display import EMPTY, cut, preformatted, pretty_payload, seconds, timestamp, with_relative
 from .filters import FailedFilter, NameFilter, QueueFilter
 from .jobs import plural
 
@@ -43,7 +43,6 @@ class DeadLetterAdmin(OperatorAdmin):
         "original_job",
         "attempts_of_max",
         "error_summary",
-        "worker",
         "failed",
     )
     list_display_links = ("id", "letter_name")
@@ -99,21 +98,14 @@ class DeadLetterAdmin(OperatorAdmin):
         return f"{letter.attempts} / {letter.max_attempts}"
 
     @admin.display(description="error")
-    def error_summary(self, letter: DeadLetter) -> SafeString:
+    def error_summary(self, letter: DeadLetter) -> SafeString | str:
         first_line = (letter.error or "").strip().splitlines()[:1]
         if not first_line:
-            return format_html("{} {}", pill("dead", "dead"), EMPTY)
+            return EMPTY
         # CSS cuts the line to the column; the tooltip holds the error's start.
         return format_html(
-            '{} <span class="jq-cut" title="{}">{}</span>',
-            pill("dead", "dead"),
-            letter.error[:500],
-            first_line[0][:200],
+            '<span class="jq-cut" title="{}">{}</span>', letter.error[:500], first_line[0][:200]
         )
-
-    @admin.display(description="worker")
-    def worker(self, letter: DeadLetter) -> SafeString | str:
-        return cut(letter.worker_id)
 
     @admin.display(description="failed at")
     def failed(self, letter: DeadLetter) -> str:

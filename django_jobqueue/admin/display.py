@@ -56,7 +56,9 @@ def preformatted(text: str) -> SafeString:
     return format_html('<pre class="jq-pre">{}{}</pre>', shown, more)
 
 
-def pill(label: str, kind: str) -> SafeString:
+def pill(label: str, kind: str, title: str = "") -> SafeString:
+    if title:
+        return format_html('<span class="jq-pill jq-{}" title="{}">{}</span>', kind, title, label)
     return format_html('<span class="jq-pill jq-{}">{}</span>', kind, label)
 
 
