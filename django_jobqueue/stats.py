@@ -205,9 +205,12 @@ def last_hour(using: str, now: datetime) -> list[Minute]:
     minutes = {
         start + timedelta(minutes=i): Minute(start + timedelta(minutes=i)) for i in range(THROUGHPUT_MINUTES)
     }
+    # Bounded on both sides: a stored date in year 9999 has no minute in a time
+    # zone east of UTC, and truncating it would fail the whole page.
+    end = current + timedelta(minutes=1)
     done = (
         Job.objects.using(using)
-        .filter(status=JobStatus.DONE, finished_at__gte=start)
+        .filter(status=JobStatus.DONE, finished_at__gte=start, finished_at__lt=end)
         .annotate(minute=TruncMinute("finished_at"))
         .values("minute")
         .annotate(count=Count("pk"))
@@ -218,7 +221,7 @@ def last_hour(using: str, now: datetime) -> list[Minute]:
             minutes[row["minute"]].done = row["count"]
     failed = (
         DeadLetter.objects.using(using)
-        .filter(failed_at__gte=start)
+        .filter(failed_at__gte=start, failed_at__lt=end)
         .annotate(minute=TruncMinute("failed_at"))
         .values("minute")
         .annotate(count=Count("pk"))

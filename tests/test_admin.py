@@ -7,14 +7,15 @@ the request was forged.
 
 from __future__ import annotations
 
+import zoneinfo
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -27,6 +28,7 @@ DEAD = reverse("admin:django_jobqueue_deadletter_changelist")
 OVERVIEW = reverse("admin:django_jobqueue_queueoverview_changelist")
 WORKERS = reverse("admin:django_jobqueue_worker_changelist")
 RETRY_MATCHING = reverse("admin:django_jobqueue_deadletter_retry_matching")
+INDEX = reverse("admin:index")
 
 
 def job_url(job_id: Any, view: str = "change") -> str:
@@ -124,9 +126,9 @@ def post_action(client: Client, url: str, action: str, ids: list[int], **extra: 
 
 def test_job_list_shows_each_column(operator, jobs):
     page = text(operator.get(JOBS))
-    for column in ("name", "queue", "status", "priority", "attempts", "run at", "owner", "age"):
+    for column in ("name", "queue", "status", "priority", "attempts", "run at", "age"):
         assert f">{column}<" in page.lower() or column in page.lower()
-    assert "web-1:77" in page, "the running job's owner"
+    assert 'title="claimed by web-1:77">running<' in page, "the running job's owner, in its pill"
     assert "1 / 5" in page and "scheduled" in page and "cancelled" in page
     assert "5 jobs" in page
 
@@ -230,7 +232,7 @@ def test_action_retry_now(operator, jobs):
 
 def test_action_cancel(operator, queue, jobs):
     ids = [jobs[key].pk for key in ("due", "running", "done")]
-    response = post_action(operator, JOBS, "cancel", ids)
+    response = post_action(operator, JOBS, "cancel", ids, post="yes")
     assert "Cancelled 2 jobs." in messages_of(response)
     assert Job.objects.get(pk=jobs["running"].pk).status == "cancelled"
     assert Job.objects.get(pk=jobs["done"].pk).status == "done"
@@ -262,10 +264,16 @@ def test_retry_now_and_cancel_buttons(operator, jobs):
     assert [e.get_change_message() for e in log_entries(CHANGE)] == ["Retried now.", "Cancelled."]
 
 
-def test_buttons_answer_only_post(operator, jobs):
-    assert operator.get(job_url(jobs["due"].pk, "cancel")).status_code == 405
+def test_buttons_change_nothing_on_get(operator, jobs):
+    assert operator.get(job_url(jobs["due"].pk, "retry_now")).status_code == 405
     assert operator.get(dead_url(1, "retry")).status_code == 405
+    # Cancel answers a GET with its question (a running job) or the job's page: never a change.
+    response = operator.get(job_url(jobs["due"].pk, "cancel"))
+    assert response.status_code == 302 and response["Location"] == job_url(jobs["due"].pk)
+    assert operator.get(job_url(jobs["running"].pk, "cancel")).status_code == 200
+    assert operator.put(job_url(jobs["running"].pk, "cancel")).status_code == 405
     assert Job.objects.get(pk=jobs["due"].pk).status == "ready"
+    assert Job.objects.get(pk=jobs["running"].pk).status == "running"
 
 
 def test_retry_now_refuses_a_cancelled_job_whose_key_is_taken(operator, queue):
@@ -469,6 +477,7 @@ def test_view_only_staff_forging_every_post_changes_nothing(viewer, jobs, letter
     forged = [
         job_url(jobs["scheduled"].pk, "retry_now"),
         job_url(jobs["due"].pk, "cancel"),
+        job_url(jobs["running"].pk, "cancel"),
         dead_url(letters["otp"].pk, "retry"),
         dead_url(letters["otp"].pk, "delete"),
         RETRY_MATCHING,
@@ -477,6 +486,8 @@ def test_view_only_staff_forging_every_post_changes_nothing(viewer, jobs, letter
     for url in forged:
         assert viewer.post(url, {"post": "yes"}).status_code == 403, url
     assert viewer.get(RETRY_MATCHING).status_code == 403
+    assert viewer.get(job_url(jobs["running"].pk, "cancel")).status_code == 403
+    assert viewer.post(job_url(jobs["running"].pk, "cancel")).status_code == 403
     assert sorted(Job.objects.values_list("pk", "status", "run_at")) == before_jobs
     assert sorted(DeadLetter.objects.values_list("pk", flat=True)) == before_letters
     assert not log_entries()
@@ -540,10 +551,12 @@ def test_malformed_ids_give_a_message(operator, jobs, bad):
         response = operator.get(url, follow=True)
         assert response.status_code == 200, url
         assert any("doesn’t exist" in m for m in messages_of(response)), url
+        assert response.redirect_chain[-1][0] == INDEX, url
     for url in (f"{JOBS}{bad}/retry-now/", f"{JOBS}{bad}/cancel/", f"{DEAD}{bad}/retry/"):
         response = operator.post(url, follow=True)
         assert response.status_code == 200, url
         assert any("doesn’t exist" in m for m in messages_of(response)), url
+        assert response.redirect_chain[-1][0] == INDEX, url
     response = operator.get(f"{DEAD}{bad}/delete/", follow=True)
     assert response.status_code in (200, 404)
 
@@ -553,6 +566,17 @@ def test_ids_that_do_not_exist_give_a_message(operator, jobs):
         response = operator.post(url, follow=True)
         assert response.status_code == 200
         assert any("doesn’t exist" in m or "is gone" in m for m in messages_of(response)), url
+
+
+def test_an_id_that_names_no_row_goes_where_django_goes_the_admin_index(operator, jobs):
+    for url in (job_url(10**12), job_url(10**12, "history"), dead_url(10**12), dead_url(10**12, "delete")):
+        response = operator.get(url, follow=True)
+        assert response.redirect_chain[-1][0] == INDEX, url
+        assert any("with ID “1000000000000” doesn’t exist" in m for m in messages_of(response)), url
+    for url in (job_url(10**12, "retry_now"), job_url(10**12, "cancel"), job_url("abc", "cancel")):
+        response = operator.post(url, follow=True)
+        assert response.redirect_chain[-1][0] == INDEX, url
+        assert any("doesn’t exist. Perhaps it was deleted?" in m for m in messages_of(response)), url
 
 
 MALFORMED_QUERIES = [
@@ -668,3 +692,186 @@ def test_worker_list_is_read_only(operator, queue):
         == 403
     )
     assert Worker.objects.count() == 1
+
+
+# -- cancelling a running job --------------------------------------------------------------
+
+NOT_STOPPED = "Cancelling does not stop the running code."
+
+
+def test_cancel_button_asks_before_cancelling_a_running_job(operator, queue, jobs):
+    running = jobs["running"]
+    page = text(operator.get(job_url(running.pk)))
+    assert f'href="{job_url(running.pk, "cancel")}"' in page, "a link to the question, not a form"
+    for ask in (operator.get, operator.post):
+        response = ask(job_url(running.pk, "cancel"))
+        assert response.status_code == 200
+        question = text(response)
+        assert NOT_STOPPED in question and "ack is refused" in question and "does not run again" in question
+        assert f"#{running.pk} tests.send_otp on emails, claimed by web-1:77" in question
+        assert Job.objects.get(pk=running.pk).status == "running", "asking changes nothing"
+    response = operator.post(job_url(running.pk, "cancel"), {"post": "yes"}, follow=True)
+    assert f"Job #{running.pk}: Cancelled." in messages_of(response)
+    assert not queue.ack(running, worker_id="web-1:77"), "the worker's ack is refused"
+    assert not queue.nack(running, worker_id="web-1:77", error="boom", delay=0), "and so is its failure"
+    assert Job.objects.get(pk=running.pk).status == "cancelled"
+    assert [e.get_change_message() for e in log_entries(CHANGE)] == ["Cancelled."]
+
+
+def test_cancel_button_on_a_ready_job_cancels_at_once(operator, jobs):
+    job = jobs["due"]
+    page = text(operator.get(job_url(job.pk)))
+    assert f'action="{job_url(job.pk, "cancel")}"' in page
+    response = operator.post(job_url(job.pk, "cancel"), follow=True)
+    assert f"Job #{job.pk}: Cancelled." in messages_of(response)
+    assert Job.objects.get(pk=job.pk).status == "cancelled"
+
+
+def test_action_cancel_asks_first_when_a_running_job_is_selected(operator, queue, jobs):
+    ids = [jobs[key].pk for key in ("due", "running", "done")]
+    response = post_action(operator, JOBS, "cancel", ids)
+    question = text(response)
+    assert NOT_STOPPED in question and "Ready jobs among those selected are cancelled too" in question
+    assert f"#{jobs['running'].pk} tests.send_otp" in question
+    assert f"#{jobs['due'].pk} " not in question, "only the running jobs are listed"
+    assert {Job.objects.get(pk=pk).status for pk in ids} == {"ready", "running", "done"}
+    for pk in ids:
+        assert f'name="_selected_action" value="{pk}"' in question
+    assert 'name="action" value="cancel"' in question and 'name="post" value="yes"' in question
+    assert not log_entries()
+
+
+def test_action_cancel_of_ready_jobs_asks_nothing(operator, jobs):
+    ids = [jobs["due"].pk, jobs["scheduled"].pk]
+    response = post_action(operator, JOBS, "cancel", ids)
+    assert "Cancelled 2 jobs." in messages_of(response)
+
+
+def test_action_cancel_across_every_matching_job_asks_then_cancels_all(operator, queue, jobs):
+    response = post_action(operator, f"{JOBS}?queue=emails", "cancel", [jobs["due"].pk], select_across="1")
+    question = text(response)
+    assert NOT_STOPPED in question and 'name="select_across" value="1"' in question
+    assert Job.objects.get(pk=jobs["running"].pk).status == "running"
+    response = post_action(
+        operator, f"{JOBS}?queue=emails", "cancel", [jobs["due"].pk], select_across="1", post="yes"
+    )
+    assert "Cancelled 2 jobs." in messages_of(response)
+    assert Job.objects.get(pk=jobs["running"].pk).status == "cancelled"
+    assert Job.objects.get(pk=jobs["scheduled"].pk).status == "ready", "another queue's job"
+
+
+# -- how values read: dates, empty values, durations ------------------------------------------
+
+# 12:00 UTC is 05:00 in Los Angeles in June (PDT, UTC-7).
+NOON_UTC = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+IN_LOS_ANGELES = "2026-06-01 05:00:00"
+
+
+@override_settings(TIME_ZONE="America/Los_Angeles")
+def test_every_page_writes_a_date_one_way_in_the_current_time_zone(operator, queue, jobs, letters):
+    letter = letters["otp"]
+    DeadLetter.objects.filter(pk=letter.pk).update(failed_at=NOON_UTC, enqueued_at=NOON_UTC)
+    Job.objects.filter(pk=jobs["done"].pk).update(created_at=NOON_UTC, finished_at=NOON_UTC)
+    queue.register_worker("w-1", hostname="h", pid=1, queues=[], concurrency=3)
+    Worker.objects.update(started_at=NOON_UTC)
+    worker = Worker.objects.get()
+    confirm = post_action(operator, DEAD, "delete_letters", [letter.pk])
+    pages = {
+        "dead letter list": operator.get(DEAD),
+        "dead letter page": operator.get(dead_url(letter.pk)),
+        "delete question": confirm,
+        "job page": operator.get(job_url(jobs["done"].pk)),
+        "worker list": operator.get(WORKERS),
+        "worker page": operator.get(reverse("admin:django_jobqueue_worker_change", args=[worker.pk])),
+        "overview": operator.get(OVERVIEW),
+    }
+    for what, response in pages.items():
+        assert response.status_code == 200, what
+        assert IN_LOS_ANGELES in text(response), what
+    assert "America/Los_Angeles" in text(pages["overview"]), "the overview names the zone"
+    assert "June 1, 2026" not in text(pages["worker list"]) + text(pages["worker page"])
+
+
+def test_an_empty_value_reads_the_same_everywhere(operator, queue, jobs):
+    queue.register_worker("w-1", hostname="h", pid=1, queues=[], concurrency=3)
+    worker = Worker.objects.get()
+    worker_page = text(operator.get(reverse("admin:django_jobqueue_worker_change", args=[worker.pk])))
+    assert "every queue" in worker_page and "every queue" in text(operator.get(WORKERS))
+    job_page = text(operator.get(job_url(jobs["due"].pk)))
+    assert "(none)" not in job_page
+    # Error, traceback and result are empty; the claim deadline of a ready job too.
+    assert job_page.count('<div class="readonly"><span class="jq-quiet">—</span></div>') == 3
+    assert '<div class="readonly">—</div>' in job_page
+    assert '<div class="readonly">-</div>' not in job_page + worker_page
+
+
+def test_durations_carry_their_unit(operator, queue, letters):
+    job = queue.push("tests.noop", {}, visibility_timeout=30)
+    job_page = text(operator.get(job_url(job.pk)))
+    assert '<div class="readonly">30 s</div>' in job_page
+    DeadLetter.objects.filter(pk=letters["otp"].pk).update(visibility_timeout=2.5)
+    assert '<div class="readonly">2.5 s</div>' in text(operator.get(dead_url(letters["otp"].pk)))
+
+
+def test_a_scheduled_job_says_when_it_runs(operator, queue):
+    job = queue.push("tests.noop", {}, delay=7 * 60 + 30)
+    page = text(operator.get(job_url(job.pk)))
+    assert "runs in 7 min" in page and "waits until" not in page
+    assert "runs in 7 min" in text(operator.get(JOBS)) or "in 7 min" in text(operator.get(JOBS))
+
+
+def test_a_job_that_finally_succeeded_labels_the_old_error_as_an_earlier_attempt(operator, queue):
+    job = queue.push("tests.send_otp", {}, max_attempts=5)
+    for attempt in (1, 2):
+        claimed = queue.pull(worker_id="w-1")
+        assert claimed is not None and claimed.attempts == attempt
+        queue.nack(claimed, worker_id="w-1", error=f"ProviderError: attempt {attempt}", delay=0)
+    third = queue.pull(worker_id="w-1")
+    running = text(operator.get(job_url(job.pk)))
+    assert "Attempt 3 is running; an earlier attempt failed with this error." in running
+    assert queue.ack(third, worker_id="w-1", result={"sent": True})
+    page = text(operator.get(job_url(job.pk)))
+    assert "Attempt 3 succeeded; an earlier attempt failed with this error." in page
+    assert "Error of an earlier attempt" in page and "Last error" not in page
+    assert "ProviderError: attempt 2" in page, "kept for the record"
+    backoff = queue.push("tests.send_otp", {})
+    claimed = queue.pull(worker_id="w-1")
+    queue.nack(claimed, worker_id="w-1", error="ProviderError: down", delay=60)
+    waiting = text(operator.get(job_url(backoff.pk)))
+    assert "Last error" in waiting and "earlier attempt" not in waiting, "still the job's present trouble"
+
+
+# -- dates at the ends of the calendar --------------------------------------------------------
+
+YEAR_1 = datetime(1, 1, 1, 0, 0, 0, tzinfo=UTC)
+YEAR_9999 = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "America/Los_Angeles"])
+@pytest.mark.parametrize("when", [YEAR_1, YEAR_9999], ids=["year-1", "year-9999"])
+def test_every_page_renders_a_date_at_the_ends_of_the_calendar(operator, queue, jobs, letters, zone, when):
+    Job.objects.update(run_at=when, created_at=when, finished_at=when)
+    Job.objects.filter(pk=jobs["running"].pk).update(locked_until=when)
+    DeadLetter.objects.update(failed_at=when, enqueued_at=when)
+    queue.register_worker("w-1", hostname="h", pid=1, queues=["emails"], concurrency=3)
+    Worker.objects.update(started_at=when, last_heartbeat=when)
+    worker = Worker.objects.get()
+    with override_settings(TIME_ZONE=zone):
+        urls = [JOBS, f"{JOBS}?status=scheduled", DEAD, OVERVIEW, WORKERS]
+        urls += [job_url(job.pk) for job in jobs.values()]
+        urls += [dead_url(letter.pk) for letter in letters.values()]
+        urls.append(reverse("admin:django_jobqueue_worker_change", args=[worker.pk]))
+        for url in urls:
+            response = operator.get(url)
+            assert response.status_code == 200, url
+        question = post_action(operator, DEAD, "delete_letters", [letters["otp"].pk])
+        assert question.status_code == 200
+        page = text(operator.get(dead_url(letters["otp"].pk)))
+    try:
+        local = when.astimezone(zoneinfo.ZoneInfo(zone))
+    except OverflowError:
+        # Where the zone cannot reach the date, it is written in UTC and says so.
+        expected = f"{when.year:04d}-{when:%m-%d %H:%M:%S} UTC"
+    else:
+        expected = f"{local.year:04d}-{local:%m-%d %H:%M:%S} "
+    assert expected in page

@@ -258,3 +258,55 @@ def test_screenshots_of_the_main_pages(page, live_server, queue, operator, tmp_p
             path=str(target / filename), full_page="-jobs" not in filename and "letters" not in filename
         )
         assert (target / filename).stat().st_size > 10_000, filename
+
+
+# -- a laptop's screen -------------------------------------------------------------
+
+LAPTOP = {"width": 1366, "height": 768}
+# Neither the page nor the list's own box scrolls sideways.
+FITS = """[
+    document.documentElement.scrollWidth <= window.innerWidth,
+    document.querySelector("#changelist .results").scrollWidth
+        <= document.querySelector("#changelist .results").clientWidth,
+]"""
+LONG_NAME = "reports.quarterly.build_the_consolidated_revenue_report_for_every_region_and_currency"
+
+
+def seed_long_values(client: QueueClient) -> None:
+    """Jobs and dead letters whose names, queues and errors are as long as the columns allow."""
+    name = LONG_NAME
+    queue = "reports-consolidated-revenue-eu-west-and-us-east-and-ap-south-1"[:63]
+    worker = "batch-worker-with-a-very-long-host-name.internal.example.com:123456"
+    error = "ReportError: " + "the upstream warehouse refused the query because " * 6
+    for i in range(3):
+        client.push(f"{name}_{i}", {"region": "eu"}, queue=queue, unique_key=f"{name}:{i}")
+    client.pull(queue, worker_id=worker)
+    client.push(name, {}, queue=queue, delay=3600)
+    for _ in range(3):
+        bury(client, name, {"region": "eu"}, queue, error)
+    DeadLetter.objects.update(worker_id=worker)
+
+
+@pytest.mark.parametrize("sidebar", ["open", "folded"])
+def test_the_lists_fit_a_laptop_screen(browser, live_server, queue, operator, tmp_path, sidebar):
+    seed_long_values(queue)
+    context = browser.new_context(viewport=LAPTOP)
+    if sidebar == "folded":
+        context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        log_in(page, live_server.url)
+        admin = f"{live_server.url}/admin/django_jobqueue"
+        for label, url in (("jobs", f"{admin}/job/"), ("dead-letters", f"{admin}/deadletter/")):
+            response = page.goto(url)
+            assert response is not None and response.status == 200, url
+            # To look at: the test's temporary directory.
+            page.screenshot(path=str(tmp_path / f"laptop-{label}-{sidebar}.png"))
+            assert page.evaluate(FITS) == [True, True], label
+            # The newest row's name is cut to its column, and whole in its tooltip.
+            cut = page.locator("#result_list tbody tr").first.locator(".jq-cut").first
+            assert cut.get_attribute("title") == LONG_NAME
+            assert cut.evaluate("element => element.scrollWidth > element.clientWidth"), "cut, not wrapped"
+    finally:
+        context.close()

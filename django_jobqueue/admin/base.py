@@ -15,8 +15,10 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.http import urlencode
 from django.utils.text import capfirst
+from django.utils.translation import gettext as _
 
 from ..queue import QueueClient
+from .display import EMPTY
 
 MAX_ID = 2**63 - 1
 # Rows per statement when an action runs over a whole filtered list.
@@ -82,6 +84,8 @@ class OperatorAdmin(admin.ModelAdmin):
     # Facet counts are a COUNT per choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
+    # One marker for "no value" on every page, the one the columns write themselves.
+    empty_value_display = EMPTY
     # The query-string keys of this list's filters; any other key is dropped with a message.
     filter_params: ClassVar[frozenset[str]] = frozenset()
 
@@ -159,14 +163,14 @@ class OperatorAdmin(admin.ModelAdmin):
         raise NotImplementedError
 
     def does_not_exist(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        """Say that ``object_id`` names no row, and go back to the list."""
-        self.message_user(
-            request,
-            f"{str(self.opts.verbose_name).capitalize()} with ID “{object_id[:40]}” doesn’t exist. "
-            "Perhaps it was deleted?",
-            messages.WARNING,
-        )
-        return HttpResponseRedirect(self.url("changelist"))
+        """Say that ``object_id`` names no row, and go where Django's own pages go: the admin index."""
+        # Django's words, so that its translations apply; the id is cut to keep the message short.
+        message = _("%(name)s with ID “%(key)s” doesn’t exist. Perhaps it was deleted?") % {
+            "name": self.opts.verbose_name,
+            "key": object_id[:40],
+        }
+        self.message_user(request, message, messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
 
     def url_name(self, view: str) -> str:
         return f"{self.opts.app_label}_{self.opts.model_name}_{view}"

@@ -26,7 +26,7 @@ from ..models import DeadLetter
 from ..queue.ops import RetriedDeadLetter
 from .audit import log_deleted, log_retried
 from .base import OperatorAdmin, parse_id
-from .display import pill, preformatted, pretty_payload, with_relative
+from .display import EMPTY, cut, preformatted, pretty_payload, seconds, timestamp, with_relative
 from .filters import FailedFilter, NameFilter, QueueFilter
 from .jobs import plural
 
@@ -43,7 +43,6 @@ class DeadLetterAdmin(OperatorAdmin):
         "original_job",
         "attempts_of_max",
         "error_summary",
-        "worker",
         "failed",
     )
     list_display_links = ("id", "letter_name")
@@ -57,7 +56,7 @@ class DeadLetterAdmin(OperatorAdmin):
     actions = ("retry", "delete_letters")
     fieldsets = (
         (None, {"fields": ("id", "name", "queue", "original_job", "priority", "attempts_of_max")}),
-        ("Failure", {"fields": ("failed_when", "worker_id", "enqueued", "visibility_timeout")}),
+        ("Failure", {"fields": ("failed_when", "worker_id", "enqueued", "claim_timeout")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Error", {"fields": ("error_text",)}),
         ("Traceback", {"fields": ("traceback_text",)}),
@@ -83,12 +82,12 @@ class DeadLetterAdmin(OperatorAdmin):
     # -- columns and fields ----------------------------------------------------
 
     @admin.display(description="name")
-    def letter_name(self, letter: DeadLetter) -> str:
-        return letter.name
+    def letter_name(self, letter: DeadLetter) -> SafeString | str:
+        return cut(letter.name)
 
     @admin.display(description="queue")
-    def letter_queue(self, letter: DeadLetter) -> str:
-        return letter.queue
+    def letter_queue(self, letter: DeadLetter) -> SafeString | str:
+        return cut(letter.queue)
 
     @admin.display(description="job")
     def original_job(self, letter: DeadLetter) -> str:
@@ -99,20 +98,18 @@ class DeadLetterAdmin(OperatorAdmin):
         return f"{letter.attempts} / {letter.max_attempts}"
 
     @admin.display(description="error")
-    def error_summary(self, letter: DeadLetter) -> SafeString:
+    def error_summary(self, letter: DeadLetter) -> SafeString | str:
         first_line = (letter.error or "").strip().splitlines()[:1]
-        text = first_line[0] if first_line else "(no error message)"
-        if len(text) > 100:
-            text = text[:99] + "…"
-        return format_html('{} <span title="{}">{}</span>', pill("dead", "dead"), letter.error[:500], text)
-
-    @admin.display(description="worker")
-    def worker(self, letter: DeadLetter) -> str:
-        return letter.worker_id or "—"
+        if not first_line:
+            return EMPTY
+        # CSS cuts the line to the column; the tooltip holds the error's start.
+        return format_html(
+            '<span class="jq-cut" title="{}">{}</span>', letter.error[:500], first_line[0][:200]
+        )
 
     @admin.display(description="failed at")
     def failed(self, letter: DeadLetter) -> str:
-        return letter.failed_at.strftime("%Y-%m-%d %H:%M:%S")
+        return timestamp(letter.failed_at)
 
     @admin.display(description="failed at")
     def failed_when(self, letter: DeadLetter) -> SafeString | str:
@@ -121,6 +118,10 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.display(description="first enqueued at")
     def enqueued(self, letter: DeadLetter) -> SafeString | str:
         return with_relative(letter.enqueued_at)
+
+    @admin.display(description="visibility timeout")
+    def claim_timeout(self, letter: DeadLetter) -> str:
+        return seconds(letter.visibility_timeout)
 
     @admin.display(description="payload")
     def payload_json(self, letter: DeadLetter) -> SafeString:

@@ -1,9 +1,13 @@
-"""How the admin shows a job's values: pretty JSON, status pills, ages and deadlines."""
+"""How the admin shows a job's values: pretty JSON, status pills, dates, ages and deadlines.
+
+Every page writes a date one way (``2026-12-01 10:30:04``, in the current time
+zone), an empty value one way (``—``) and a duration with its unit.
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
@@ -15,6 +19,8 @@ from ..stats import format_age
 
 # A payload of up to a megabyte would make a page nobody can read; show its start.
 MAX_SHOWN_CHARS = 100_000
+# The one marker of a value that is not there, on every page (Django's own is "-").
+EMPTY = "—"
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -44,28 +50,59 @@ def pretty_payload(payload: Any) -> SafeString:
 
 def preformatted(text: str) -> SafeString:
     if not text:
-        return format_html('<span class="jq-quiet">{}</span>', "(none)")
+        return format_html('<span class="jq-quiet">{}</span>', EMPTY)
     shown = text[:MAX_SHOWN_CHARS]
     more = f"\n… {len(text) - MAX_SHOWN_CHARS:,} more characters not shown" if len(text) > len(shown) else ""
     return format_html('<pre class="jq-pre">{}{}</pre>', shown, more)
 
 
-def pill(label: str, kind: str) -> SafeString:
+def pill(label: str, kind: str, title: str = "") -> SafeString:
+    if title:
+        return format_html('<span class="jq-pill jq-{}" title="{}">{}</span>', kind, title, label)
     return format_html('<span class="jq-pill jq-{}">{}</span>', kind, label)
+
+
+def timestamp(when: datetime | None) -> str:
+    """``2026-12-01 10:30:04`` in the current time zone, or ``… UTC`` where that zone cannot reach.
+
+    A stored year 1 or year 9999 has no local time a few hours either side of
+    it (``OverflowError``); such a date is written in UTC, and says so.
+    """
+    if when is None:
+        return EMPTY
+    suffix = ""
+    if timezone.is_aware(when):
+        try:
+            when = timezone.localtime(when)
+        except OverflowError:
+            when, suffix = when.astimezone(UTC), " UTC"
+    # strftime("%Y") would write year 1 as "1" on glibc.
+    return f"{when.year:04d}-{when:%m-%d %H:%M:%S}{suffix}"
 
 
 def relative(when: datetime | None) -> str:
     """``in 4 min`` or ``3 s ago``, from the web server's clock (for reading only)."""
     if when is None:
-        return ""
+        return EMPTY
     seconds = (when - timezone.now()).total_seconds()
     return f"in {format_age(seconds)}" if seconds >= 0 else f"{format_age(-seconds)} ago"
 
 
 def with_relative(when: datetime | None) -> SafeString | str:
     if when is None:
-        return "—"
-    local = timezone.localtime(when) if timezone.is_aware(when) else when
-    return format_html(
-        '{} <span class="jq-quiet">({})</span>', local.strftime("%Y-%m-%d %H:%M:%S"), relative(when)
-    )
+        return EMPTY
+    return format_html('{} <span class="jq-quiet">({})</span>', timestamp(when), relative(when))
+
+
+def seconds(value: float | None) -> str:
+    """A duration in seconds with its unit: ``30 s``, ``2.5 s``."""
+    if value is None:
+        return EMPTY
+    return f"{value:,.3f}".rstrip("0").rstrip(".") + " s"
+
+
+def cut(text: str | None) -> SafeString | str:
+    """A list cell's text, cut to the column's width by CSS, whole in its tooltip."""
+    if not text:
+        return EMPTY
+    return format_html('<span class="jq-cut" title="{}">{}</span>', text, text)

@@ -6,10 +6,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import format_html
@@ -20,10 +22,24 @@ from ..queue.ops import JobChange
 from ..stats import format_age
 from .audit import log_job_changes
 from .base import OperatorAdmin, id_batches, parse_id
-from .display import pill, preformatted, pretty_json, pretty_payload, relative, with_relative
+from .display import (
+    EMPTY,
+    cut,
+    pill,
+    preformatted,
+    pretty_json,
+    pretty_payload,
+    relative,
+    seconds,
+    timestamp,
+    with_relative,
+)
 from .filters import NameFilter, QueueFilter, StatusFilter
 
 RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
+# A confirmation counts this far, then says "more than"; it lists a few.
+CONFIRM_COUNT_CAP = 1_000_000
+SAMPLE_SIZE = 10
 
 
 class JobAdmin(OperatorAdmin):
@@ -35,7 +51,6 @@ class JobAdmin(OperatorAdmin):
         "job_priority",
         "attempts_of_max",
         "due",
-        "owner",
         "age",
     )
     list_display_links = ("id", "job_name")
@@ -54,7 +69,7 @@ class JobAdmin(OperatorAdmin):
             None,
             {"fields": ("id", "name", "queue", "status_detail", "priority", "attempts_of_max", "unique_key")},
         ),
-        ("Claim", {"fields": ("locked_by", "claim_deadline", "claim_token", "visibility_timeout")}),
+        ("Claim", {"fields": ("locked_by", "claim_deadline", "claim_token", "claim_timeout")}),
         ("Times", {"fields": ("enqueued", "runs_at", "finished")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Last error", {"fields": ("last_error_text", "last_traceback_text")}),
@@ -77,12 +92,12 @@ class JobAdmin(OperatorAdmin):
     # -- list columns --------------------------------------------------------
 
     @admin.display(description="name")
-    def job_name(self, job: Job) -> str:
-        return job.name
+    def job_name(self, job: Job) -> SafeString | str:
+        return cut(job.name)
 
     @admin.display(description="queue")
-    def job_queue(self, job: Job) -> str:
-        return job.queue
+    def job_queue(self, job: Job) -> SafeString | str:
+        return cut(job.queue)
 
     @admin.display(description="status")
     def job_status(self, job: Job) -> SafeString:
@@ -99,14 +114,8 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="run at")
     def due(self, job: Job) -> SafeString | str:
         if job.status != JobStatus.READY:
-            return "—"
-        return format_html('<span title="{}">{}</span>', job.run_at.isoformat(), relative(job.run_at))
-
-    @admin.display(description="owner")
-    def owner(self, job: Job) -> str:
-        if job.status != JobStatus.RUNNING:
-            return "—"
-        return job.locked_by or "—"
+            return EMPTY
+        return format_html('<span title="{}">{}</span>', timestamp(job.run_at), relative(job.run_at))
 
     @admin.display(description="age")
     def age(self, job: Job) -> str:
@@ -120,7 +129,11 @@ class JobAdmin(OperatorAdmin):
 
     @admin.display(description="claim deadline")
     def claim_deadline(self, job: Job) -> SafeString | str:
-        return with_relative(job.locked_until) if job.status == JobStatus.RUNNING else "—"
+        return with_relative(job.locked_until) if job.status == JobStatus.RUNNING else EMPTY
+
+    @admin.display(description="visibility timeout")
+    def claim_timeout(self, job: Job) -> str:
+        return seconds(job.visibility_timeout)
 
     @admin.display(description="enqueued at")
     def enqueued(self, job: Job) -> SafeString | str:
@@ -140,7 +153,10 @@ class JobAdmin(OperatorAdmin):
 
     @admin.display(description="error")
     def last_error_text(self, job: Job) -> SafeString:
-        return preformatted(job.last_error)
+        note = earlier_error_note(job)
+        if not note:
+            return preformatted(job.last_error)
+        return format_html('<p class="jq-note">{}</p>{}', note, preformatted(job.last_error))
 
     @admin.display(description="traceback")
     def last_traceback_text(self, job: Job) -> SafeString:
@@ -149,6 +165,14 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="result")
     def result_json(self, job: Job) -> SafeString:
         return pretty_json(job.result) if job.result is not None else preformatted("")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        if obj is None or not earlier_error_note(obj):
+            return self.fieldsets
+        # The job got past that error: say so where an operator looks first.
+        return tuple(
+            (EARLIER_ERROR if title == "Last error" else title, options) for title, options in self.fieldsets
+        )
 
     def render_change_form(
         self,
@@ -181,11 +205,46 @@ class JobAdmin(OperatorAdmin):
         )
 
     @admin.action(description="Cancel selected jobs", permissions=["change"])
-    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        if request.POST.get("post") != "yes":
+            running = queryset.filter(status=JobStatus.RUNNING)
+            if running.exists():
+                return self.confirm_cancel(request, running, queryset, form_action=request.get_full_path())
         changed, chosen = self.run_in_batches(
             request, queryset, self.client().cancel_jobs, JobStatus.CANCELLED, "Cancelled."
         )
         self.report(request, changed, chosen, "Cancelled {}.", "they had already finished")
+        return None
+
+    def confirm_cancel(
+        self,
+        request: HttpRequest,
+        running: QuerySet[Job],
+        chosen: QuerySet[Job] | None,
+        *,
+        form_action: str,
+    ) -> TemplateResponse:
+        """Say what cancelling does to running jobs, before it is done (a running handler is not stopped)."""
+        running_count = running.order_by()[: CONFIRM_COUNT_CAP + 1].count()
+        hidden = [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
+        if chosen is not None:
+            hidden += [("action", "cancel"), ("select_across", request.POST.get("select_across", "0"))]
+        return TemplateResponse(
+            request,
+            "admin/django_jobqueue/job/cancel_confirmation.html",
+            {
+                **self.admin_site.each_context(request),
+                "opts": self.opts,
+                "title": "Cancel running jobs" if chosen is not None else "Cancel a running job",
+                "running_count": min(running_count, CONFIRM_COUNT_CAP),
+                "more_than": running_count > CONFIRM_COUNT_CAP,
+                "sample": list(running.order_by("-pk")[:SAMPLE_SIZE]),
+                "hidden": hidden,
+                "over_selection": chosen is not None,
+                "form_action": form_action,
+                "back": request.get_full_path() if chosen is not None else self.url("change", running[0].pk),
+            },
+        )
 
     def run_in_batches(
         self,
@@ -229,7 +288,29 @@ class JobAdmin(OperatorAdmin):
         return self.one_job(request, object_id, self.client().retry_jobs_now, JobStatus.READY, "Retried now.")
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Cancel a ready job at once; ask first about a running one (GET asks too)."""
+        if request.method == "GET" or request.POST.get("post") != "yes":
+            asked = self.ask_before_cancelling(request, object_id)
+            if asked is not None:
+                return asked
         return self.one_job(request, object_id, self.client().cancel_jobs, JobStatus.CANCELLED, "Cancelled.")
+
+    def ask_before_cancelling(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
+        """The confirmation page for a running job, or None where cancelling needs no question."""
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        job_id = parse_id(unquote(object_id))
+        running = self.get_queryset(request).filter(pk=job_id, status=JobStatus.RUNNING)
+        if job_id is not None and running.exists():
+            return self.confirm_cancel(request, running, None, form_action=request.path)
+        if request.method == "POST":
+            # Nothing runs yet: a ready job is cancelled at once (and Retry now undoes it).
+            return None
+        if job_id is None:
+            return self.does_not_exist(request, object_id)
+        return HttpResponseRedirect(self.url("change", job_id))
 
     def one_job(
         self,
@@ -268,7 +349,24 @@ def plural(count: int, noun: str) -> str:
 def status_pill(job: Job) -> SafeString:
     if job.status == JobStatus.READY and job.run_at > timezone.now():
         return pill("scheduled", "scheduled")
+    if job.status == JobStatus.RUNNING:
+        # The owner, in the pill's tooltip: a column of its own would be empty on most rows.
+        return pill(job.status, job.status, title=f"claimed by {job.locked_by or EMPTY}")
     return pill(job.status, job.status)
+
+
+EARLIER_ERROR = "Error of an earlier attempt"
+
+
+def earlier_error_note(job: Job) -> str:
+    """Why the job's last error is not its present state, or "" where it is."""
+    if not job.last_error:
+        return ""
+    if job.status == JobStatus.DONE:
+        return f"Attempt {job.attempts} succeeded; an earlier attempt failed with this error."
+    if job.status == JobStatus.RUNNING:
+        return f"Attempt {job.attempts} is running; an earlier attempt failed with this error."
+    return ""
 
 
 def status_hint(job: Job) -> str:
@@ -276,7 +374,7 @@ def status_hint(job: Job) -> str:
     now = timezone.now()
     if job.status == JobStatus.READY:
         if job.run_at > now:
-            return f"waits until {relative(job.run_at)}" + (" (backoff)" if job.attempts else "")
+            return f"runs {relative(job.run_at)}" + (" (backoff)" if job.attempts else "")
         return f"due for {format_age((now - job.run_at).total_seconds())}"
     if job.status == JobStatus.RUNNING and job.locked_until is not None:
         if job.locked_until < now:

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from .. import stats
 from ..models import Worker
 from ..queue import QueueClient
-from .display import pill, with_relative
+from .display import EMPTY, pill, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -147,9 +147,14 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
 class WorkerAdmin(admin.ModelAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
-    list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started_at", "heartbeat")
+    list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started", "heartbeat")
+    # The detail page shows the same values the same way (Django's own would write
+    # an empty queue list as "-" and dates in another format).
+    fields = list_display
+    readonly_fields = list_display
     ordering = ("worker_id",)
     show_facets = admin.ShowFacets.NEVER
+    empty_value_display = EMPTY
 
     class Media:
         css = {"all": ["django_jobqueue/admin.css"]}
@@ -171,6 +176,10 @@ class WorkerAdmin(admin.ModelAdmin):
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:
         return ", ".join(worker.queues) if worker.queues else "every queue"
+
+    @admin.display(description="started at")
+    def started(self, worker: Worker) -> str:
+        return timestamp(worker.started_at)
 
     @admin.display(description="last heartbeat")
     def heartbeat(self, worker: Worker) -> SafeString:

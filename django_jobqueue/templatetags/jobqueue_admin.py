@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import template
 
+from ..admin.display import EMPTY
+from ..admin.display import timestamp as format_timestamp
 from ..stats import format_age
 
 register = template.Library()
@@ -12,10 +16,16 @@ register = template.Library()
 @register.filter
 def thousands(value: int | None) -> str:
     """``1234567`` -> ``1,234,567``, whatever the project's localisation settings."""
-    return "—" if value is None else f"{value:,}"
+    return EMPTY if value is None else f"{value:,}"
 
 
 @register.filter
 def age(seconds: float | None) -> str:
     """Seconds as ``45 s``, ``12 min`` or ``3 h 5 min``."""
     return format_age(seconds)
+
+
+@register.filter
+def timestamp(value: datetime | None) -> str:
+    """A date as every admin page writes it: ``2026-12-01 10:30:04``, in the current time zone."""
+    return format_timestamp(value)
