@@ -753,10 +753,23 @@ def cancel(using: str, job_id: int) -> bool:
 
 
 def _expired_error_sql() -> str:
-    """SQL text for an expired claim's error, built from the row itself."""
+    """SQL text for an expired claim's error, built from the row itself.
+
+    The owner is blamed for stopping only if its worker row is gone or fell
+    silent before the claim's deadline. A row that beat after the deadline is a
+    worker that outlived the claim: a dead worker's last beat always comes
+    before the deadline, which every beat pushes past it.
+    """
+    alive = (
+        f"EXISTS (SELECT 1 FROM {WORKER} WHERE {WORKER}.worker_id = {JOB}.locked_by "
+        f"AND {WORKER}.last_heartbeat > {JOB}.locked_until)"
+    )
+    attempt = f"' attempt ' || {JOB}.attempts"
     return (
-        "'claim expired: worker ' || COALESCE(locked_by, '?') || ' stopped without finishing "
-        "attempt ' || attempts || ' (killed, hung or cut off from the database)'"
+        f"CASE WHEN {alive} THEN 'claim expired: worker ' || {JOB}.locked_by || ' outlived its claim on' "
+        f"|| {attempt} || ' without finishing it (it could not renew the claim or record the outcome)' "
+        f"ELSE 'claim expired: worker ' || COALESCE({JOB}.locked_by, '?') || ' stopped without finishing' "
+        f"|| {attempt} || ' (killed, hung or cut off from the database)' END"
     )
 
 
