@@ -62,13 +62,14 @@ from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
 from .completer import Completer
 from .context import JobContext
-from .outage import DATABASE_ERRORS, close_connection
+from .outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 
 logger = logging.getLogger(__name__)
 
 ACK, NACK, FAIL = "ack", "nack", "fail"
 # Executor.run's outcome for an ack handed to the completer, logged once the completer writes it.
 PENDING = "pending"
+UNRECORDED = "unrecorded"
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
 
@@ -171,11 +172,19 @@ class QueryProbe:
 class Executor:
     """Runs claimed jobs of one worker, each in the calling thread."""
 
-    def __init__(self, client: QueueClient, worker_id: str, completer: Completer | None = None) -> None:
+    def __init__(
+        self,
+        client: QueueClient,
+        worker_id: str,
+        completer: Completer | None = None,
+        shortage: Shortage | None = None,
+    ) -> None:
         self.client = client
         self.worker_id = worker_id
         # Acks go through the completer's batches when there is one (runworker), else one by one.
         self.completer = completer
+        # runworker's: a slot that cannot reach the database waits there instead of giving up.
+        self.shortage = shortage
 
     def run(self, job: Job) -> str:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
@@ -191,6 +200,7 @@ class Executor:
         # learns it from the connection the job opens; one that holds one watches its queries.
         probe = QueryProbe() if _this_thread.holding else None
         _this_thread.opened = []
+        unstarted = False
         try:
             with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
                 if job.task_backend:
@@ -205,7 +215,13 @@ class Executor:
             verdict = Verdict(ACK, result=result)
         except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
             verdict = verdict_for(exc, qualified=bool(job.task_backend))
+            unstarted = self.shortage is not None and failed_to_connect(exc, self.client.using)
         duration = time.monotonic() - started
+        if unstarted:
+            # The job's first query could not open a connection: it never really ran.
+            outcome = self._hand_back_when_connected(job, verdict.error)
+            close_held_connections()
+            return outcome
         queried = probe.queried if probe else self.client.using in _this_thread.opened
         if (
             verdict.action == ACK
@@ -216,6 +232,8 @@ class Executor:
             close_held_connections()
             return PENDING
         outcome = self._record(job, verdict, queried)
+        while outcome == UNRECORDED and self._sat_out(f"job {job.pk}'s outcome could not be recorded"):
+            outcome = self._record(job, verdict, queried)
         self._log(job, duration, outcome, verdict.error)
         if task_run is not None:
             task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
@@ -228,11 +246,22 @@ class Executor:
             released = self.client.release(job, worker_id=self.worker_id)
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            self._log(job, 0.0, "unrecorded", f"release failed: {type(exc).__name__}: {exc}")
-            return "unrecorded"
+            self._log(job, 0.0, UNRECORDED, f"release failed: {type(exc).__name__}: {exc}")
+            return UNRECORDED
         outcome = "released" if released else "lost"
         self._log(job, 0.0, outcome, "")
         return outcome
+
+    def _hand_back_when_connected(self, job: Job, error: str) -> str:
+        """Release ``job`` once this slot can open a connection: the attempt is not counted."""
+        outcome = UNRECORDED
+        while outcome == UNRECORDED and self._sat_out(f"job {job.pk} could not open one: {error}"):
+            outcome = self.hand_back(job)
+        return outcome
+
+    def _sat_out(self, reason: str) -> bool:
+        """Wait until this thread can connect again; False without a shortage, or once the worker stops."""
+        return self.shortage is not None and self.shortage.sit_out(reason)
 
     def _call(self, job: Job) -> Any:
         spec = registry.lookup(job.name)
@@ -285,7 +314,7 @@ class Executor:
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
             self._log_unrecorded(job, exc)
-            return "unrecorded"
+            return UNRECORDED
         if not nacked:
             return "lost"
         return "dead" if job.attempts >= job.max_attempts else "retry"

@@ -40,7 +40,7 @@ from ..queue import QueueClient
 from .completer import Completer, PendingAck
 from .executor import PENDING, Executor
 from .heartbeat import Heartbeat
-from .outage import DATABASE_ERRORS, Outage
+from .outage import DATABASE_ERRORS, Outage, Shortage
 from .running import RunningJobs
 from .shares import QueueShares
 from .signals import StopSignals
@@ -83,8 +83,9 @@ class Supervisor:
         self.running = RunningJobs()
         self._stopping = threading.Event()
         self._signalled = threading.Event()
+        self.shortage = Shortage(config.worker_id, config.using, self._signalled)
         self.completer = Completer(self.client, config.worker_id, self._ack_submitted, self._acks_written)
-        self.executor = Executor(self.client, config.worker_id, self.completer)
+        self.executor = Executor(self.client, config.worker_id, self.completer, self.shortage)
         queue_names = [name for name, _weight in config.queues]
         self.wakeup = Wakeup(config.using, queue_names, config.poll_interval)
         self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
