@@ -32,8 +32,11 @@ name.
 A nack is ``retry`` while attempts remain and ``dead`` on the last one. If the
 claim was lost meanwhile (expired and re-claimed, or the job cancelled), the
 queue refuses the write and the outcome is ``lost``. If the write itself fails
-(the database went away), the outcome is ``unrecorded``: the error is logged and
-the job, still claimed, is handed out again once its claim expires.
+(the database went away), under ``runworker`` the slot sits out with the job
+still claimed until it can connect, and writes it then (``outage.Shortage``);
+a job whose first query could not open a connection is handed back instead,
+its attempt not counted. Elsewhere the outcome is ``unrecorded``: the error is
+logged and the job, still claimed, is handed out again once its claim expires.
 
 The log line, on the ``django_jobqueue`` logger::
 
@@ -260,7 +263,7 @@ class Executor:
         return outcome
 
     def _sat_out(self, reason: str) -> bool:
-        """Wait until this thread can connect again; False without a shortage, or once the worker stops."""
+        """Wait until this thread can connect again; False at once outside ``runworker``."""
         return self.shortage is not None and self.shortage.sit_out(reason)
 
     def _call(self, job: Job) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import traceback
 
 from django.db import DatabaseError, InterfaceError, connections
@@ -76,15 +77,18 @@ class Shortage:
     worker lives.
     """
 
-    def __init__(self, worker_id: str, using: str, giving_up: threading.Event) -> None:
+    def __init__(self, worker_id: str, using: str) -> None:
         self.worker_id = worker_id
         self.using = using
-        self.giving_up = giving_up  # set once the worker is told to stop: its drain hands the jobs back
         self._waiting = 0
         self._lock = threading.Lock()
 
     def sit_out(self, reason: str) -> bool:
-        """Wait, backing off, until this thread opens a connection; False if the worker stops first."""
+        """Wait, backing off, until this thread opens a connection, and return True.
+
+        A stopping worker does not cut the wait short: the slot's job counts as
+        running, so the drain gives it the shutdown timeout and then hands it back.
+        """
         with self._lock:
             self._waiting += 1
             waiting = self._waiting
@@ -107,7 +111,8 @@ class Shortage:
     def _connect(self) -> bool:
         outage = Outage("slot connection", self.using)
         delay = FIRST_DELAY * random.uniform(0.5, 1.0)
-        while not self.giving_up.wait(delay):
+        while True:
+            time.sleep(delay)
             try:
                 connections[self.using].ensure_connection()
             except DATABASE_ERRORS as exc:
@@ -115,7 +120,6 @@ class Shortage:
                 continue
             outage.recovered()
             return True
-        return False
 
 
 def failed_to_connect(exc: BaseException, using: str) -> bool:

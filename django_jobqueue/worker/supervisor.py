@@ -83,7 +83,7 @@ class Supervisor:
         self.running = RunningJobs()
         self._stopping = threading.Event()
         self._signalled = threading.Event()
-        self.shortage = Shortage(config.worker_id, config.using, self._signalled)
+        self.shortage = Shortage(config.worker_id, config.using)
         self.completer = Completer(self.client, config.worker_id, self._ack_submitted, self._acks_written)
         self.executor = Executor(self.client, config.worker_id, self.completer, self.shortage)
         queue_names = [name for name, _weight in config.queues]
