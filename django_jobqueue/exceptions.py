@@ -17,6 +17,10 @@ class UnknownJobError(JobQueueError, LookupError):
     """No function is registered under a job's name."""
 
 
+class WorkerIdInUse(JobQueueError):
+    """A live worker (one whose heartbeat is recent) already runs under this worker id."""
+
+
 class Retry(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.md fixes it
     """Raised by a job to be run again later; the run counts as an attempt.
 

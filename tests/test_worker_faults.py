@@ -6,6 +6,7 @@ import signal
 import time
 
 from django.db import connection
+from django.db.models.functions import Now
 
 from django_jobqueue.models import DeadLetter, Job
 from tests.jobs_for_workers import events
@@ -61,18 +62,20 @@ def test_without_a_heartbeat_the_claim_would_have_expired(queue, events_path):
     wait_until(lambda: queue.tick_timeouts() == 1, 5, "the claim to expire")
 
 
-def test_a_failed_bookkeeping_write_is_recovered_by_the_claims_expiry(
+def test_a_failed_bookkeeping_write_is_written_once_the_slot_reconnects(
     queue, start_worker, events_path, postgresql_only
 ):
+    """The job ran; only its ack met a dead connection: the slot reconnects and writes it, no rerun."""
     job = queue.push("workers.cut_own_connection", {"path": events_path})
 
     worker = start_worker("--visibility-timeout", "1", "--poll-interval", "0.1", "--concurrency", "2")
 
-    wait_until(lambda: Job.objects.filter(pk=job.pk, status="done").exists(), 15, "the job to be run again")
+    wait_until(lambda: Job.objects.filter(pk=job.pk, status="done").exists(), 15, "the job's ack")
     job.refresh_from_db()
-    assert (job.attempts, job.result) == (2, 2)
-    assert [e["attempt"] for e in starts(events_path)] == [1, 2]
+    assert (job.attempts, job.result, job.last_error) == (1, 1, "")
+    assert [e["attempt"] for e in starts(events_path)] == [1]
     assert f"job workers.cut_own_connection id={job.pk}: could not record its outcome" in worker.log()
+    assert "backing off" in worker.log()
     assert f"job workers.cut_own_connection id={job.pk} attempt=1/5 duration=" in worker.log()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
@@ -165,3 +168,19 @@ def test_polling_finds_new_jobs_on_sqlite(queue, start_worker, events_path, sqli
     wait_until(lambda: starts(events_path), 5, "the job")
     assert starts(events_path)[0]["time"] - enqueued < 1.0
     assert "wake-up=polling every 0.2s" in worker.log()
+
+
+def test_an_expired_claim_of_a_live_worker_does_not_say_it_stopped(queue, events_path):
+    """A worker whose row beat after its claim's deadline outlived the claim: not called dead."""
+    queue.register_worker("alive", hostname="h", pid=1, queues=[], concurrency=1)
+    job = queue.push("workers.record", {"path": events_path, "value": "x"})
+    assert queue.pull(worker_id="alive", visibility_timeout=0.05) is not None
+    wait_until(lambda: Job.objects.filter(pk=job.pk, locked_until__lt=Now()).exists(), 5, "the deadline")
+    assert queue.worker_heartbeat("alive")
+
+    assert queue.tick_timeouts() == 1
+    job.refresh_from_db()
+    assert job.status == "ready"
+    expected = "claim expired: worker alive outlived its claim on attempt 1 without finishing it"
+    assert expected in job.last_error
+    assert "stopped" not in job.last_error

@@ -8,6 +8,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from django_jobqueue.exceptions import WorkerIdInUse
 from django_jobqueue.models import Job, Worker
 
 from .conftest import received
@@ -62,6 +63,9 @@ def test_extend_claims_skips_claims_no_longer_held(queue, job_factory):
 
 def test_worker_rows_register_beat_prune_and_unregister(queue):
     queue.register_worker("w-1", hostname="host", pid=42, queues=["a", "b"], concurrency=3)
+    with pytest.raises(WorkerIdInUse, match="'w-1' is held by a live worker .*pid 42"):
+        queue.register_worker("w-1", hostname="host", pid=43, queues=[], concurrency=1)
+    Worker.objects.update(last_heartbeat=timezone.now() - timedelta(minutes=10))
     queue.register_worker("w-1", hostname="host", pid=43, queues=[], concurrency=1)  # a restart
     row = Worker.objects.get()
     assert (row.worker_id, row.pid, row.queues, row.concurrency) == ("w-1", 43, [], 1)

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from .. import registry
 from ..conf import DEFAULTS as SETTING_DEFAULTS
 from ..conf import jobqueue_settings
-from ..exceptions import JobPayloadError
+from ..exceptions import JobPayloadError, WorkerIdInUse
 from ..models import DeadLetter, Job
 from . import ops
 from .backoff import backoff_delay
@@ -273,11 +273,30 @@ class QueueClient:
         return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout))
 
     def register_worker(
-        self, worker_id: str, *, hostname: str, pid: int, queues: Sequence[str], concurrency: int
+        self,
+        worker_id: str,
+        *,
+        hostname: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
+        stale_after: Duration = 60.0,
     ) -> None:
-        """Record a running worker (``queues`` empty = every queue), replacing a row of the same id."""
+        """Record a running worker (``queues`` empty = every queue), replacing a stale row of the same id.
+
+        Raise ``WorkerIdInUse`` if another worker's row of that id has beaten
+        within ``stale_after``.
+        """
         queues_json = json.dumps([check_queue(queue) for queue in queues])
-        ops.register_worker(self.using, check_worker_id(worker_id), hostname, pid, queues_json, concurrency)
+        worker_id = check_worker_id(worker_id)
+        window = to_seconds(stale_after, "stale_after")
+        if not ops.register_worker(self.using, worker_id, hostname, pid, queues_json, concurrency, window):
+            holder = ops.live_worker(self.using, worker_id)
+            where = f" (host {holder[0]}, pid {holder[1]}, last heartbeat {holder[2]})" if holder else ""
+            raise WorkerIdInUse(
+                f"worker id {worker_id!r} is held by a live worker{where}; give each worker its own "
+                f"--worker-id, or wait until that one stops or its heartbeat is {window:g}s old"
+            )
 
     def worker_heartbeat(self, worker_id: str) -> bool:
         """Mark a worker alive now; False if its row is gone (pruned while it was cut off)."""

@@ -38,6 +38,7 @@ from .rows import (
 
 JOB = Job._meta.db_table
 DEAD = DeadLetter._meta.db_table
+WORKER = Worker._meta.db_table
 LIVE = "('ready', 'running')"
 CLAIM_ORDER = "priority DESC, run_at, id"
 # Rows per INSERT: well under SQLite's limit of 32,766 bound parameters.
@@ -752,10 +753,23 @@ def cancel(using: str, job_id: int) -> bool:
 
 
 def _expired_error_sql() -> str:
-    """SQL text for an expired claim's error, built from the row itself."""
+    """SQL text for an expired claim's error, built from the row itself.
+
+    The owner is blamed for stopping only if its worker row is gone or fell
+    silent before the claim's deadline. A row that beat after the deadline is a
+    worker that outlived the claim: a dead worker's last beat always comes
+    before the deadline, which every beat pushes past it.
+    """
+    alive = (
+        f"EXISTS (SELECT 1 FROM {WORKER} WHERE {WORKER}.worker_id = {JOB}.locked_by "
+        f"AND {WORKER}.last_heartbeat > {JOB}.locked_until)"
+    )
+    attempt = f"' attempt ' || {JOB}.attempts"
     return (
-        "'claim expired: worker ' || COALESCE(locked_by, '?') || ' stopped without finishing "
-        "attempt ' || attempts || ' (killed, hung or cut off from the database)'"
+        f"CASE WHEN {alive} THEN 'claim expired: worker ' || {JOB}.locked_by || ' outlived its claim on' "
+        f"|| {attempt} || ' without finishing it (it could not renew the claim or record the outcome)' "
+        f"ELSE 'claim expired: worker ' || COALESCE({JOB}.locked_by, '?') || ' stopped without finishing' "
+        f"|| {attempt} || ' (killed, hung or cut off from the database)' END"
     )
 
 
@@ -942,22 +956,44 @@ def extend_claims(
 
 # -- worker rows -----------------------------------------------------------------
 
-WORKER = Worker._meta.db_table
-
 
 def register_worker(
-    using: str, worker_id: str, hostname: str, pid: int, queues_json: str, concurrency: int
-) -> None:
-    """Insert the row of a starting worker, or take over the row of an earlier one of that id."""
+    using: str,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    queues_json: str,
+    concurrency: int,
+    stale_after: float,
+) -> bool:
+    """Insert the row of a starting worker, or take over the row of an earlier one of that id.
+
+    An earlier row is taken over only when its heartbeat is older than
+    ``stale_after`` seconds, or when it is this very process's (same host and
+    pid: a retried registration, or a pid reused after a crash). Return False,
+    changing nothing, while another live worker holds the id: claims are fenced
+    by the bare id, so two live holders could complete each other's jobs.
+    """
     cursor, dialect = _cursor(using)
     cursor.execute(
         f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, started_at, last_heartbeat) "
         f"VALUES (%s, %s, %s, %s, %s, {dialect.now}, {dialect.now}) "
         "ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid, "
         "queues = excluded.queues, concurrency = excluded.concurrency, "
-        "started_at = excluded.started_at, last_heartbeat = excluded.last_heartbeat",
-        [worker_id, hostname, pid, queues_json, concurrency],
+        "started_at = excluded.started_at, last_heartbeat = excluded.last_heartbeat "
+        f"WHERE {WORKER}.last_heartbeat < {dialect.now_minus('%s')} "
+        f"OR ({WORKER}.hostname = excluded.hostname AND {WORKER}.pid = excluded.pid)",
+        [worker_id, hostname, pid, queues_json, concurrency, stale_after],
     )
+    return cursor.rowcount == 1
+
+
+def live_worker(using: str, worker_id: str) -> tuple[str, int, datetime] | None:
+    """Return the ``(hostname, pid, last_heartbeat)`` of the row of ``worker_id``, or None."""
+    cursor, _ = _cursor(using)
+    cursor.execute(f"SELECT hostname, pid, last_heartbeat FROM {WORKER} WHERE worker_id = %s", [worker_id])
+    row = cursor.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def beat_worker(using: str, worker_id: str) -> bool:

@@ -44,8 +44,11 @@ name.
 A nack is ``retry`` while attempts remain and ``dead`` on the last one. If the
 claim was lost meanwhile (expired and re-claimed, or the job cancelled), the
 queue refuses the write and the outcome is ``lost``. If the write itself fails
-(the database went away), the outcome is ``unrecorded``: the error is logged and
-the job, still claimed, is handed out again once its claim expires.
+(the database went away), under ``runworker`` the slot sits out with the job
+still claimed until it can connect, and writes it then (``outage.Shortage``);
+a job whose first query could not open a connection is handed back instead,
+its attempt not counted. Elsewhere the outcome is ``unrecorded``: the error is
+logged and the job, still claimed, is handed out again once its claim expires.
 
 The log line, on the ``django_jobqueue`` logger; a retry says when the next
 attempt is due, a dead job where it went::
@@ -81,13 +84,14 @@ from ..queue.backoff import backoff_delay
 from ..queue.validation import encode_result, to_seconds
 from .completer import Completer
 from .context import JobContext
-from .outage import DATABASE_ERRORS, close_connection
+from .outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 
 logger = logging.getLogger(__name__)
 
 ACK, NACK, FAIL = "ack", "nack", "fail"
 # Executor.run's outcome for an ack handed to the completer, logged once the completer writes it.
 PENDING = "pending"
+UNRECORDED = "unrecorded"
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
 
@@ -219,13 +223,21 @@ class QueryProbe:
 class Executor:
     """Runs claimed jobs of one worker, each in the calling thread."""
 
-    def __init__(self, client: QueueClient, worker_id: str, completer: Completer | None = None) -> None:
+    def __init__(
+        self,
+        client: QueueClient,
+        worker_id: str,
+        completer: Completer | None = None,
+        shortage: Shortage | None = None,
+    ) -> None:
         self.client = client
         self.worker_id = worker_id
         # Acks go through the completer's batches when there is one (runworker), else one by one.
         self.completer = completer
         # When each running claim's job started, for the duration logged if it is handed back.
         self._started: dict[tuple[int, int], float] = {}
+        # runworker's: a slot that cannot reach the database waits there instead of giving up.
+        self.shortage = shortage
 
     def run(self, job: Job) -> str:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
@@ -248,9 +260,14 @@ class Executor:
         # learns it from the connection the job opens; one that holds one watches its queries.
         probe = QueryProbe() if _this_thread.holding else None
         _this_thread.opened = []
-        verdict, task_run = self._attempt(job, probe)
+        verdict, task_run, unstarted = self._attempt(job, probe)
         verdict = self._with_backoff(job, verdict)
         duration = time.monotonic() - started
+        if unstarted:
+            # The job's first query could not open a connection: it never really ran.
+            outcome = self._hand_back_when_connected(job, verdict.error)
+            close_held_connections()
+            return outcome
         queried = probe.queried if probe else self.client.using in _this_thread.opened
         if (
             verdict.action == ACK
@@ -261,6 +278,8 @@ class Executor:
             close_held_connections()
             return PENDING
         outcome = self._record(job, verdict, queried)
+        while outcome == UNRECORDED and self._sat_out(f"job {job.pk}'s outcome could not be recorded"):
+            outcome = self._record(job, verdict, queried)
         self._log(job, duration, outcome, verdict.error, verdict.delay)
         if task_run is not None:
             task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
@@ -275,14 +294,26 @@ class Executor:
             released = self.client.release(job, worker_id=self.worker_id)
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            self._log(job, duration, "unrecorded", f"release failed: {type(exc).__name__}: {exc}")
-            return "unrecorded"
+            self._log(job, duration, UNRECORDED, f"release failed: {type(exc).__name__}: {exc}")
+            return UNRECORDED
         outcome = "released" if released else "lost"
         self._log(job, duration, outcome, "")
         return outcome
 
-    def _attempt(self, job: Job, probe: QueryProbe | None) -> tuple[Verdict, Any]:
-        """Run the job once; return its verdict and, for a Django Task, its ``TaskRun``."""
+    def _hand_back_when_connected(self, job: Job, error: str) -> str:
+        """Release ``job`` once this slot can open a connection: the attempt is not counted."""
+        outcome = UNRECORDED
+        while outcome == UNRECORDED and self._sat_out(f"job {job.pk} could not open one: {error}"):
+            outcome = self.hand_back(job)
+        return outcome
+
+    def _sat_out(self, reason: str) -> bool:
+        """Wait until this thread can connect again; False at once outside ``runworker``."""
+        return self.shortage is not None and self.shortage.sit_out(reason)
+
+    def _attempt(self, job: Job, probe: QueryProbe | None) -> tuple[Verdict, Any, bool]:
+        """Run the job once; return its verdict, for a Django Task its ``TaskRun``, and
+        whether it never really ran because its first query could not open a connection."""
         task_run = None
         spec = None
         try:
@@ -301,8 +332,9 @@ class Executor:
             verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
             if isinstance(exc, UnknownJobError):
                 verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
-            return verdict, task_run
-        return verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run
+            unstarted = self.shortage is not None and failed_to_connect(exc, self.client.using)
+            return verdict, task_run, unstarted
+        return verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run, False
 
     def _spec(self, job: Job) -> registry.JobSpec:
         spec = registry.lookup(job.name)
@@ -368,7 +400,7 @@ class Executor:
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
             self._log_unrecorded(job, exc)
-            return "unrecorded"
+            return UNRECORDED
         if not nacked:
             return "lost"
         return "dead" if job.attempts >= job.max_attempts else "retry"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
+import traceback
 
 from django.db import DatabaseError, InterfaceError, connections
 
@@ -59,3 +62,76 @@ def close_connection(using: str) -> None:
     except DATABASE_ERRORS:
         # A broken connection may fail to close; Django has dropped it either way.
         logger.debug("closing a broken connection to %s failed", using, exc_info=True)
+
+
+class Shortage:
+    """The slots of a worker that cannot open a database connection, and their back-off.
+
+    Over the server's connection limit (or out of file descriptors), a slot's
+    connection fails to open while the claimer's and the heartbeat's, opened
+    long before, still work. Such a slot sits out with its job: it waits,
+    backing off as ``Outage`` does, until a connection opens, and then records
+    the job's outcome (or hands back a job that never got its connection). Its
+    job stays claimed, its claim kept alive by the heartbeat, so nothing is
+    claimed for that slot meanwhile and no claim is left to expire while the
+    worker lives.
+    """
+
+    def __init__(self, worker_id: str, using: str) -> None:
+        self.worker_id = worker_id
+        self.using = using
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    def sit_out(self, reason: str) -> bool:
+        """Wait, backing off, until this thread opens a connection, and return True.
+
+        A stopping worker does not cut the wait short: the slot's job counts as
+        running, so the drain gives it the shutdown timeout and then hands it back.
+        """
+        with self._lock:
+            self._waiting += 1
+            waiting = self._waiting
+        logger.warning(
+            "worker %s: a slot cannot reach the database (%s); backing off: %s slot(s) sit out "
+            "with their jobs, and nothing is claimed for them until they connect",
+            self.worker_id,
+            reason,
+            waiting,
+        )
+        try:
+            return self._connect()
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                waiting = self._waiting
+            if not waiting:
+                logger.info("worker %s: every slot reaches the database again", self.worker_id)
+
+    def _connect(self) -> bool:
+        outage = Outage("slot connection", self.using)
+        delay = FIRST_DELAY * random.uniform(0.5, 1.0)
+        while True:
+            time.sleep(delay)
+            try:
+                connections[self.using].ensure_connection()
+            except DATABASE_ERRORS as exc:
+                delay = outage.failed(exc)
+                continue
+            outage.recovered()
+            return True
+
+
+def failed_to_connect(exc: BaseException, using: str) -> bool:
+    """Whether ``exc`` is a failure to open this thread's connection to ``using``.
+
+    Told apart by its traceback, which passes through the ``connect()`` of
+    that alias's connection: an error of a query, or of a connection to
+    another database, is a job's failure like any other.
+    """
+    if not isinstance(exc, DATABASE_ERRORS):
+        return False
+    for frame, _line in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_name == "connect" and getattr(frame.f_locals.get("self"), "alias", None) == using:
+            return True
+    return False

@@ -34,16 +34,17 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
 from .completer import Completer, PendingAck
 from .executor import PENDING, Executor
 from .heartbeat import Heartbeat
-from .outage import DATABASE_ERRORS, Outage
+from .outage import DATABASE_ERRORS, Outage, Shortage
 from .running import RunningJobs
 from .shares import QueueShares
 from .signals import StopSignals
-from .ticker import Ticker, tick_interval
+from .ticker import WORKER_STALE_AFTER, Ticker, tick_interval
 from .wakeup import Wakeup
 
 logger = logging.getLogger(__name__)
@@ -80,13 +81,16 @@ class Supervisor:
         self.config = config
         self.client = QueueClient(config.using)
         self.running = RunningJobs()
+        self._stopping = threading.Event()
+        self._signalled = threading.Event()
+        self.shortage = Shortage(config.worker_id, config.using)
         self.completer = Completer(self.client, config.worker_id, self._ack_submitted, self._acks_written)
-        self.executor = Executor(self.client, config.worker_id, self.completer)
+        self.executor = Executor(self.client, config.worker_id, self.completer, self.shortage)
         queue_names = [name for name, _weight in config.queues]
         self.wakeup = Wakeup(config.using, queue_names, config.poll_interval)
         self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
         self.heartbeat = Heartbeat(
-            self.client, config.worker_id, self.running, config.visibility_timeout, self.register
+            self.client, config.worker_id, self.running, config.visibility_timeout, self._register_again
         )
         self.ticker = Ticker(
             self.client,
@@ -98,8 +102,8 @@ class Supervisor:
         # abandoned at the shutdown timeout, None if the claiming loop crashed.
         self.clean: bool | None = None
         self.started = 0
-        self._stopping = threading.Event()
-        self._signalled = threading.Event()
+        # Why the worker refused to start (its id held by a live worker), or None.
+        self.refused: str | None = None
         self._handoff: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._slots: list[threading.Thread] = []
 
@@ -128,7 +132,16 @@ class Supervisor:
             pid=os.getpid(),
             queues=[name for name, _weight in self.config.queues],
             concurrency=self.config.concurrency,
+            stale_after=WORKER_STALE_AFTER,
         )
+
+    def _register_again(self) -> None:
+        """Register after the row was pruned as stale; stop if another worker took the id meanwhile."""
+        try:
+            self.register()
+        except WorkerIdInUse as exc:
+            logger.error("worker %s: %s; stopping", self.config.worker_id, exc)
+            self.request_stop("worker id taken")
 
     def run(self) -> None:
         """Work until stopped, then set ``clean``."""
@@ -155,6 +168,9 @@ class Supervisor:
                 self.register()
                 outage.recovered()
                 return True
+            except WorkerIdInUse as exc:
+                self.refused = str(exc)
+                return False
             except DATABASE_ERRORS as exc:
                 self._stopping.wait(outage.failed(exc))
         return False

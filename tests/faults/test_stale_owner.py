@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
-from django_jobqueue.models import DeadLetter, Job
+from django_jobqueue.models import DeadLetter, Job, Worker
 from tests.worker_support import WorkerProcess, wait_until
 
 from . import ledger
@@ -75,6 +76,9 @@ def test_a_stale_owner_is_refused_everything_and_the_new_owners_ack_succeeds(
     wait_until(lambda: runs(job.pk), 15, "A to start the job")
     freeze(a)
     frozen_at = time.monotonic()
+    if shared_id:
+        # A frozen worker stops beating its row; only once that row is stale may B take the id.
+        Worker.objects.filter(worker_id=a_id).update(last_heartbeat=timezone.now() - timedelta(minutes=2))
     try:
         b = fault_worker(*WORKER_ARGS, "--worker-id", b_id)
         wait_until(lambda: len(runs(job.pk)) == 2, 20, "B to claim the expired job and run it")

@@ -161,6 +161,8 @@ class Command(BaseCommand):
         modules = load_job_modules()
         logger.info("loaded job modules: %s", ", ".join(modules) or "(none)")
         supervisor = run_worker(config)
+        if supervisor.refused is not None:
+            raise CommandError(f"refusing to start: {supervisor.refused}")
         if supervisor.clean is None:
             raise CommandError("the worker's claiming loop crashed; see the traceback above")
         if not supervisor.clean:
