@@ -107,7 +107,7 @@ def test_verbosity_0_keeps_only_warnings_and_errors(queue: QueueClient, new_site
     assert START not in done.stderr and STOP not in done.stderr
     assert HELLO not in done.stderr, "a job that went well is not a warning"
     assert f"job shop.refuse id={refused.pk} attempt=1/5" in done.stderr
-    assert "outcome=dead error='Fail: no such customer'" in done.stderr
+    assert "outcome=dead moved_to=dead_letters error='Fail: no such customer'" in done.stderr
 
 
 def test_a_project_that_logs_the_worker_sees_each_line_once(queue: QueueClient, new_site):
