@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_jobqueue import QueueClient
+from django_jobqueue import QueueClient, registry
 from django_jobqueue.models import Job
 
 
@@ -26,6 +26,28 @@ def job_factory(queue: QueueClient) -> Callable[..., Job]:
         return queue.push(name, payload or {}, **options)
 
     return make
+
+
+@pytest.fixture
+def unregistered() -> Iterator[Callable[..., None]]:
+    """Take job names out of the registry for one test; they are put back after it.
+
+    For tests that write rows by name, as another project's code would: what an
+    earlier test registered under the same name (the demo's ``send_otp``) must
+    not check their payloads against its signature.
+    """
+    taken: list[Any] = []
+
+    def take(*names: str) -> None:
+        for name in names:
+            spec = registry.lookup(name)
+            if spec is not None:
+                taken.append(spec)
+                registry.unregister(name)
+
+    yield take
+    for spec in taken:
+        registry.register(spec)
 
 
 @pytest.fixture

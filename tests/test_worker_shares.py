@@ -59,7 +59,7 @@ def test_when_every_queue_is_dry_every_queue_is_asked():
 
 @pytest.mark.parametrize(
     ("text", "parsed"),
-    [("emails", ("emails", 1)), ("emails:5", ("emails", 5)), ("a:b", ("a:b", 1)), ("a:5:1", ("a:5", 1))],
+    [("emails", ("emails", 1)), ("emails:5", ("emails", 5)), ("a:b:1", ("a:b", 1)), ("a:5:1", ("a:5", 1))],
 )
 def test_queue_and_weight(text, parsed):
     assert queue_and_weight(text) == parsed
