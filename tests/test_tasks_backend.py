@@ -343,3 +343,28 @@ def test_a_visibility_timeout_below_the_floor_is_refused(queue, settings):
         tasks.add.enqueue(1, 2)
     assert not Job.objects.exists()
     assert "django_jobqueue.E105" in [message.id for message in run_checks()]
+
+
+def test_push_task_writes_the_job_the_backend_writes(queue):
+    pushed = queue.push_task(
+        "default", "tests.tasks_for_workers.shout", {"args": ["hi"], "kwargs": {}}, priority=7
+    )
+
+    assert (pushed.name, pushed.task_backend, pushed.priority) == (
+        "tests.tasks_for_workers.shout",
+        "default",
+        7,
+    )
+    result = tasks.shout.get_backend().get_result(str(pushed.pk))
+    assert (result.status, result.args, result.task.func) == (
+        TaskResultStatus.READY,
+        ["hi"],
+        tasks.shout.func,
+    )
+
+
+@pytest.mark.parametrize("alias", ["", "x" * 101, None])
+def test_push_task_refuses_a_bad_alias_and_writes_nothing(queue, alias):
+    with pytest.raises(ValueError, match=r"task backend alias must be 1 to 100 characters, got "):
+        queue.push_task(alias, "tests.tasks_for_workers.add", {"args": [1, 2], "kwargs": {}})
+    assert not Job.objects.exists()

@@ -77,6 +77,19 @@ class QueueClient:
             return ops.copy_jobs(self.using, len(items), prepared)
         return ops.insert_jobs(self.using, list(prepared))
 
+    def push_task(self, backend: str, name: str, payload: Mapping[str, Any], **options: Any) -> Job:
+        """Enqueue one job of Django's Tasks framework, marked with its ``TASKS`` alias; return it.
+
+        As ``push``, plus the mark: a worker finds a marked job's function by
+        its name, the task's module path. Raise ``ValueError`` for an alias
+        that is empty or longer than the column holds.
+        """
+        longest = Job._meta.get_field("task_backend").max_length or 0  # a CharField always has one
+        if not isinstance(backend, str) or not 0 < len(backend) <= longest:
+            raise ValueError(f"task backend alias must be 1 to {longest} characters, got {backend!r}")
+        new_job = prepare_job(name, payload, options)._replace(task_backend=backend)
+        return ops.insert_jobs(self.using, [new_job])[0]
+
     # -- claiming --------------------------------------------------------------
 
     def pull(self, *queues: str, worker_id: str, visibility_timeout: Duration | None = None) -> Job | None:

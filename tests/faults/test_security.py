@@ -74,8 +74,8 @@ def test_no_module_of_the_package_imports_a_deserializer_of_code():
 DYNAMIC_IMPORTS = {
     "loader.py": "the jobs modules of installed apps and JOBQUEUE['MODULES']: settings, never the database",
     "__init__.py": "the package's lazy public names, from a constant table",
-    "task_rows.py": "Django Tasks only: a row the backend marked; what is found must be a Task",
-    "backends.py": "Django Tasks only: a task's own module path, checked to hold that Task",
+    "tasks/rows.py": "Django Tasks only: a row the backend marked; what is found must be a Task",
+    "tasks/backend.py": "Django Tasks only: a task's own module path, checked to hold that Task",
 }
 
 
@@ -86,7 +86,7 @@ def test_only_known_places_import_modules_by_name():
             called = node.func if isinstance(node, ast.Call) else None
             name = getattr(called, "id", None) or getattr(called, "attr", None)
             if name in {"import_module", "__import__", "import_string", "locate"}:
-                found.add(path.name)
+                found.add(path.relative_to(PACKAGE).as_posix())
     assert found <= set(DYNAMIC_IMPORTS), f"review the new import by name in {found - set(DYNAMIC_IMPORTS)}"
 
 

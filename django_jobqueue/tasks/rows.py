@@ -16,7 +16,10 @@ from typing import Any
 
 from django.apps import apps
 
-from .backends import (
+from ..conf import jobqueue_settings
+from ..exceptions import Fail, UnknownJobError
+from ..models import DeadLetter, Job, JobStatus
+from .compat import (
     InvalidTask,
     Task,
     TaskError,
@@ -24,9 +27,6 @@ from .backends import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
-from .conf import jobqueue_settings
-from .exceptions import Fail, UnknownJobError
-from .models import DeadLetter, Job, JobStatus
 
 STATUSES = {
     JobStatus.READY: TaskResultStatus.READY,
