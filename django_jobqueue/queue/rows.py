@@ -144,16 +144,6 @@ _NEW_JOB_DEFAULTS = dict(zip(_JOB_ATTNAMES, _NEW_JOB_TEMPLATE, strict=True))
 _NEW_JOB_FRESH_BY_NAME = [(f.attname, f.default) for f in JOB_FIELDS if _default_maker(f)]
 
 
-def job_from_values(using: str, values: dict[str, Any]) -> Job:
-    """Build the ``Job`` of a row just inserted from what the insert wrote (``values``, by attname).
-
-    Cheaper than reading every column back: an enqueue of many jobs returns
-    only what the database chose (id, times) and fills in the rest. Fields not
-    in ``values`` hold their model default, which is what the insert wrote.
-    """
-    return jobs_from_values(using, [values])[0]
-
-
 def jobs_from_values(
     using: str, rows: Iterable[dict[str, Any]], shared: dict[str, Any] | None = None
 ) -> list[Job]:
