@@ -110,8 +110,12 @@ def instance_from_attrs(model: type[M], using: str, attrs: dict[str, Any]) -> M:
     ``attrs`` is taken, not copied: one dict per instance, the cheapest way
     to fill it. Only where no init signal has a receiver (``init_signals_listened``).
     """
-    instance = loaded_instance(model, using)
-    attrs["_state"] = instance._state
+    # loaded_instance's steps, inline: a batch pays this once a job.
+    instance = model.__new__(model)
+    state = ModelState()
+    state.adding = False
+    state.db = using
+    attrs["_state"] = state
     instance.__dict__ = attrs
     return instance
 
