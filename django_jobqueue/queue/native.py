@@ -23,9 +23,10 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.db.backends.utils import CursorWrapper
 
 from ..conf import jobqueue_settings
+from .internals import binary_cursor, driver_connection, driver_cursor, wrap_driver_cursor
 
 # The psycopg cursor of each Django connection (one per thread), kept for its
 # next statement: a new cursor looks up its dumpers and loaders again, a fair
@@ -46,26 +47,21 @@ def bound_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     Timestamps come back aware, as psycopg reads them (``rows.datetime_as_read``
     turns them into the ORM's). Do not close it.
     """
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
+    driver = driver_connection(connection)
     cursor = _bound_cursors.get(connection)
-    if cursor is None or cursor.closed or cursor.connection is not connection.connection:
+    if cursor is None or cursor.closed or cursor.connection is not driver:
         with connection.wrap_database_errors:
-            cursor = _cursor_class()(connection.connection)
-        cursor.format = _binary()
+            cursor = binary_cursor(_cursor_class(), driver)
         _bound_cursors[connection] = cursor
     if cursor.connection.prepare_threshold is None:
         cursor.connection.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
-    connection.validate_thread_sharing()
-    # What connection.make_debug_cursor / make_cursor return, but for the query log's text.
-    wrapper = _BoundDebugCursor if connection.queries_logged else CursorWrapper
-    return wrapper(cursor, connection)
+    return wrap_driver_cursor(connection, cursor)
 
 
 def fetchall(connection: BaseDatabaseWrapper, cursor: CursorWrapper) -> list[Any]:
     """``cursor.fetchall()``, without the wrapper function Django's cursor builds for each call."""
     with connection.wrap_database_errors:
-        rows: list[Any] = cursor.cursor.fetchall()
+        rows: list[Any] = driver_cursor(cursor).fetchall()
     return rows
 
 
@@ -75,13 +71,6 @@ def fetch_all(using: str, sql: str, params: Sequence[Any]) -> list[Any]:
     cursor = bound_cursor(connection)
     cursor.execute(sql, params)
     return fetchall(connection, cursor)
-
-
-@functools.cache
-def _binary() -> Any:
-    import psycopg
-
-    return psycopg.pq.Format.BINARY
 
 
 @functools.cache
@@ -105,21 +94,3 @@ def _cursor_class() -> type[Any]:
             return super().execute(query, params, prepare=prepare, **options)
 
     return PreparingCursor
-
-
-class _BoundDebugCursor(CursorDebugWrapper):
-    """Logs each statement with its parameters quoted in, as Django does under server-side binding.
-
-    Django's own debug cursor reads the text back from the driver, which holds
-    none for a statement the server binds (or has prepared).
-    """
-
-    def execute(self, sql: Any, params: Any = None) -> Any:
-        import psycopg
-
-        try:
-            text = self.db.ops.compose_sql(sql, params)
-        except psycopg.Error:  # a value the client cannot quote: the statement as written
-            text = sql
-        with self.debug_sql(text, params):
-            return CursorWrapper.execute(self, sql, params)

@@ -16,11 +16,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
 from django.utils.dateparse import parse_datetime
 
 from ..models import Job
+from .internals import init_signals_listened, instance_builder, instance_from_attrs
 
 JOB_FIELDS: list[models.Field[Any, Any]] = list(Job._meta.concrete_fields)
 JOB_COLUMNS: list[str] = [str(field.column) for field in JOB_FIELDS]
@@ -120,34 +119,10 @@ def _job_builder(using: str) -> Callable[[list[Any]], Job]:
     """What builds a ``Job`` loaded from ``using`` out of every field's value, in field order.
 
     A worker builds one for every job it claims, and ``Model.__init__`` is most
-    of ``from_db``'s cost. The instance built here is the one ``from_db`` makes:
-    the same attributes, loaded from ``using``. Where ``pre_init`` or
-    ``post_init`` has a receiver for ``Job``, ``from_db`` itself runs, so that
-    they are sent.
+    of ``from_db``'s cost: the instance is the one ``from_db`` makes, built as
+    ``internals.instance_builder`` says.
     """
-    if _init_signals_listened():
-        return lambda values: Job.from_db(using, _JOB_ATTNAMES, values)
-
-    def build(values: list[Any]) -> Job:
-        job = _loaded_instance(using)
-        job.__dict__.update(zip(_JOB_ATTNAMES, values, strict=True))
-        return job
-
-    return build
-
-
-def _init_signals_listened() -> bool:
-    return pre_init.has_listeners(Job) or post_init.has_listeners(Job)
-
-
-def _loaded_instance(using: str) -> Job:
-    """A ``Job`` with no field set yet, in the state ``from_db`` leaves one in: loaded from ``using``."""
-    job = Job.__new__(Job)
-    state = ModelState()
-    state.adding = False
-    state.db = using
-    job.__dict__["_state"] = state
-    return job
+    return instance_builder(Job, using, _JOB_ATTNAMES)
 
 
 def claim_order(job: Job) -> tuple[int, datetime, int]:
@@ -169,43 +144,34 @@ _NEW_JOB_DEFAULTS = dict(zip(_JOB_ATTNAMES, _NEW_JOB_TEMPLATE, strict=True))
 _NEW_JOB_FRESH_BY_NAME = [(f.attname, f.default) for f in JOB_FIELDS if _default_maker(f)]
 
 
-def job_from_values(using: str, values: dict[str, Any]) -> Job:
-    """Build the ``Job`` of a row just inserted from what the insert wrote (``values``, by attname).
-
-    Cheaper than reading every column back: an enqueue of many jobs returns
-    only what the database chose (id, times) and fills in the rest. Fields not
-    in ``values`` hold their model default, which is what the insert wrote.
-    """
-    return jobs_from_values(using, [values])[0]
-
-
 def jobs_from_values(
     using: str, rows: Iterable[dict[str, Any]], shared: dict[str, Any] | None = None
 ) -> list[Job]:
-    """``job_from_values`` for each of ``rows``, the jobs of one insert, in its order.
+    """Build the ``Job`` of each row of one insert, in its order, from what the insert wrote.
 
-    ``shared`` holds the (immutable) values every row has. Each job is the
-    instance ``loaded_job`` makes, built from a dict instead of a full row: a
-    batch of thousands of jobs pays a few microseconds a job, and checks for
-    ``pre_init`` / ``post_init`` receivers once (where there are some,
-    ``loaded_job`` builds each job, so that they are sent).
+    Cheaper than reading every column back: an enqueue of many jobs returns
+    only what the database chose (id, times) and fills in the rest. Each of
+    ``rows`` holds a job's own values by attname, ``shared`` the (immutable)
+    values every row has; fields in neither hold their model default, which
+    is what the insert wrote. Each job is the instance ``loaded_job`` makes,
+    built from a dict instead of a full row: a batch of thousands of jobs pays
+    a few microseconds a job, and checks for ``pre_init`` / ``post_init``
+    receivers once (where there are some, ``loaded_job`` builds each job, so
+    that they are sent).
     """
     shared = shared or {}
-    if _init_signals_listened():
+    if init_signals_listened(Job):
         return [loaded_job(using, _full_row({**shared, **values})) for values in rows]
     template = {**_NEW_JOB_DEFAULTS, **shared}
     fresh = [(attname, make) for attname, make in _NEW_JOB_FRESH_BY_NAME if attname not in shared]
     jobs = []
     for values in rows:
-        job = _loaded_instance(using)
         # One copy of the template, then the job's own values: cheaper than filling the instance's dict.
         attrs = template.copy()
-        attrs["_state"] = job._state
         for attname, make in fresh:
             attrs[attname] = make()
         attrs.update(values)
-        job.__dict__ = attrs
-        jobs.append(job)
+        jobs.append(instance_from_attrs(Job, using, attrs))
     return jobs
 
 

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from ..exceptions import JobPayloadError
+from .internals import flat_json_encoder
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_NAME_LENGTH = 200
@@ -52,16 +53,11 @@ _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 # NaN and Infinity refused. One encoder for every call spares json.dumps
 # building a new one each time it is given options.
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-# The same encoding of a flat payload (no container inside, so no cycle to
-# watch for), called directly: JSONEncoder.encode builds this C encoder anew
-# for every call, half the cost of encoding a small payload. None where
-# CPython's accelerator is missing; _JSON does the work then.
-_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_FLAT_JSON = (
-    _c_make_encoder(None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
-    if _c_make_encoder is not None
-    else None
-)
+# The same encoding of a flat payload (no container inside), called directly:
+# JSONEncoder.encode builds this C encoder anew for every call, half the cost
+# of encoding a small payload. None where CPython's accelerator is missing;
+# _JSON does the work then.
+_FLAT_JSON = flat_json_encoder(_JSON)
 
 
 def check_name(name: object) -> str:
