@@ -92,7 +92,7 @@ logger = logging.getLogger(__name__)
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
 # An outcome's log level; any other is a WARNING.
-_LOG_LEVELS = {Outcome.DONE: logging.INFO, Outcome.RELEASED: logging.INFO, Outcome.DEAD: logging.ERROR}
+OUTCOME_LOG_LEVELS = {Outcome.DONE: logging.INFO, Outcome.RELEASED: logging.INFO, Outcome.DEAD: logging.ERROR}
 
 
 @dataclass(frozen=True)
@@ -432,7 +432,7 @@ class Executor:
     def _log(
         self, job: Job, duration: float, outcome: Outcome, error: str, next_attempt_in: float | None = None
     ) -> None:
-        level = _LOG_LEVELS.get(outcome, logging.WARNING)
+        level = OUTCOME_LOG_LEVELS.get(outcome, logging.WARNING)
         first_line = error.splitlines()[0] if error.strip() else ""
         if len(first_line) > LOGGED_ERROR_CHARS:  # the stored error keeps more
             first_line = first_line[:LOGGED_ERROR_CHARS] + "..."
