@@ -16,7 +16,8 @@ from django_jobqueue import QueueClient, job
 from django_jobqueue.models import Job
 from django_jobqueue.queue.rows import JOB_FIELDS, loaded_job
 from django_jobqueue.worker.completer import Completer
-from django_jobqueue.worker.executor import PENDING, Executor
+from django_jobqueue.worker.executor import Executor
+from django_jobqueue.worker.outcomes import Outcome
 
 
 @job(name="tests.hot_path.noop")
@@ -107,7 +108,7 @@ def test_a_slot_goes_on_before_its_ack_is_written(queue, job_factory, completer,
     executor = Executor(queue, "w", completer)
 
     with caplog.at_level(logging.INFO, logger="django_jobqueue"):
-        assert executor.run(claimed) == PENDING
+        assert executor.run(claimed) == Outcome.PENDING
         # Nothing written yet: the job is still claimed, and nothing is logged.
         assert Job.objects.get(pk=claimed.pk).status == "running"
         assert not [r for r in caplog.records if "outcome=" in r.getMessage()]
@@ -130,7 +131,7 @@ def test_a_stale_deferred_ack_is_logged_lost(queue, job_factory, completer, capl
     job_factory(name="tests.hot_path.noop")
     claimed = queue.pull(worker_id="w")
     executor = Executor(queue, "w", completer)
-    assert executor.run(claimed) == PENDING
+    assert executor.run(claimed) == Outcome.PENDING
     assert queue.cancel(claimed)  # the claim is no longer current when the batch is written
 
     with caplog.at_level(logging.INFO, logger="django_jobqueue"):
@@ -144,7 +145,7 @@ def test_a_stale_deferred_ack_is_logged_lost(queue, job_factory, completer, capl
 def test_a_batch_that_fails_logs_each_ack_unrecorded(queue, job_factory, completer, caplog):
     job_factory(name="tests.hot_path.noop")
     claimed = queue.pull(worker_id="w")
-    assert Executor(queue, "w", completer).run(claimed) == PENDING
+    assert Executor(queue, "w", completer).run(claimed) == Outcome.PENDING
 
     with caplog.at_level(logging.INFO, logger="django_jobqueue"):
         completer.fail(completer.take(), ConnectionError("server closed the connection"))

@@ -2,11 +2,12 @@
 
 A slot that finished a job without querying the database (the executor acks
 any other job on the connection it used) hands its ack here and goes on to its
-next job; the job's claim stays in ``RunningJobs`` (heartbeat included, its
-slot counted as taken) until the ack is committed, and a crash before that
-only makes the job run again. Once a batch is written the ``Reporter`` tells
-each ack's ``report`` how it went, which logs the job's outcome line (or
-wakes the slot of a Django Task, which waits for it).
+next job (the executor's ``_ack`` decides which ack comes here); the job's
+claim stays in ``RunningJobs`` (heartbeat included, its slot counted as taken)
+until the ack is committed, and a crash before that only makes the job run
+again. Once a batch is written the ``Reporter`` tells each ack's ``report`` its
+outcome, which logs the job's line (or, through an ``Answer``, wakes the slot
+of a Django Task, which waits for it).
 
 While the worker claims, the claiming loop takes the waiting acks and writes
 them in the transaction of its next claim (``QueueClient.ack_and_claim``): one
@@ -32,6 +33,7 @@ from typing import Any
 from ..models import Job
 from ..queue import QueueClient
 from .outage import DATABASE_ERRORS, close_connection
+from .outcomes import Outcome
 from .service import Service
 
 # Acks written per statement at most; more wait for the next round trip.
@@ -40,8 +42,9 @@ MAX_BATCH = 500
 IDLE_SLICE = 0.1
 
 
-# Told of an ack once its batch is written: whether the queue took it, or the error that stopped the batch.
-Report = Callable[[bool, "BaseException | None"], None]
+# Told of an ack once its batch is written: DONE or LOST (the claim was no longer current),
+# or UNRECORDED with the error that stopped the batch.
+Report = Callable[[Outcome, "BaseException | None"], None]
 
 
 class PendingAck:
@@ -55,26 +58,29 @@ class PendingAck:
         self.report = report
 
 
-class _Answer:
+class Answer:
     """The report of one ack that its slot waits for."""
 
     def __init__(self) -> None:
-        self.acked = False
+        self.outcome = Outcome.UNRECORDED
         self.error: BaseException | None = None
         # A plain lock, held until reported: far cheaper per job than an Event's Condition.
         self._unwritten = threading.Lock()
         self._unwritten.acquire()
 
-    def report(self, acked: bool, error: BaseException | None) -> None:
-        self.acked, self.error = acked, error
+    def report(self, outcome: Outcome, error: BaseException | None) -> None:
+        self.outcome, self.error = outcome, error
         self._unwritten.release()
 
-    def wait(self) -> bool:
-        """Return whether the ack was written; raise the database error that stopped it."""
+    def wait(self) -> Outcome:
+        """Return ``DONE``, or ``LOST`` if the claim was no longer current.
+
+        Raise the error that stopped the batch.
+        """
         self._unwritten.acquire()
         if self.error is not None:
             raise self.error
-        return self.acked
+        return self.outcome
 
 
 class Completer(Service):
@@ -113,16 +119,6 @@ class Completer(Service):
             self._pending.put(PendingAck(job, result, report))
         self.on_submitted()
         return True
-
-    def ack(self, job: Job, result: Any) -> bool:
-        """Ack ``job`` with ``result`` in the next batch and wait; False if its claim was no longer current.
-
-        Raise what the database raised if the batch could not be written.
-        """
-        answer = _Answer()
-        if not self.submit(job, result, answer.report):
-            return self.client.ack(job, worker_id=self.worker_id, result=result)
-        return answer.wait()
 
     def take(self) -> list[PendingAck]:
         """Return the acks waiting now (at most ``MAX_BATCH``), for the caller to write and ``settle``."""
@@ -235,5 +231,10 @@ class Reporter(Service):
 
     @staticmethod
     def _tell(batch: list[PendingAck], acked: set[tuple[int, int]], error: BaseException | None) -> None:
+        if error is not None:
+            for pending in batch:
+                pending.report(Outcome.UNRECORDED, error)
+            return
+        done, lost = Outcome.DONE, Outcome.LOST
         for pending in batch:
-            pending.report(error is None and (pending.job.pk, pending.job.claim_token) in acked, error)
+            pending.report(done if (pending.job.pk, pending.job.claim_token) in acked else lost, None)

@@ -82,25 +82,24 @@ from ..models import Job
 from ..queue import QueueClient
 from ..queue.backoff import backoff_delay
 from ..queue.validation import encode_result, to_seconds
-from .completer import Completer
+from .completer import Answer, Completer, Report
 from .context import JobContext
 from .outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
+from .outcomes import Action, Outcome
 
 logger = logging.getLogger(__name__)
 
-ACK, NACK, FAIL = "ack", "nack", "fail"
-# Executor.run's outcome for an ack handed to the completer, logged once the completer writes it.
-PENDING = "pending"
-UNRECORDED = "unrecorded"
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
+# An outcome's log level; any other is a WARNING.
+OUTCOME_LOG_LEVELS = {Outcome.DONE: logging.INFO, Outcome.RELEASED: logging.INFO, Outcome.DEAD: logging.ERROR}
 
 
 @dataclass(frozen=True)
 class Verdict:
     """What to tell the queue about one run."""
 
-    action: str
+    action: Action
     result: Any = None
     error: str = ""
     traceback: str = ""
@@ -122,17 +121,18 @@ def verdict_for(
     """
     trace = "".join(traceback.format_exception(exc))
     if isinstance(exc, PayloadMismatch):
-        return Verdict(FAIL, error=f"JobPayloadError: {message_of(exc)}")
+        return Verdict(Action.FAIL, error=f"JobPayloadError: {message_of(exc)}")
     if isinstance(exc, Retry):
         try:
             delay = None if exc.delay is None else to_seconds(exc.delay, "Retry's delay")
         except ValueError as bad_delay:
-            return Verdict(NACK, error=f"Retry with a bad delay, backoff used instead: {bad_delay}")
-        return Verdict(NACK, error=f"Retry: {message_of(exc)}", traceback=trace, delay=delay)
+            return Verdict(Action.NACK, error=f"Retry with a bad delay, backoff used instead: {bad_delay}")
+        return Verdict(Action.NACK, error=f"Retry: {message_of(exc)}", traceback=trace, delay=delay)
     if isinstance(exc, Fail):
-        return Verdict(FAIL, error=f"Fail: {message_of(exc)}", traceback=trace)
+        return Verdict(Action.FAIL, error=f"Fail: {message_of(exc)}", traceback=trace)
     error = f"{_exception_name(exc, qualified)}: {message_of(exc)}"
-    return Verdict(FAIL if isinstance(exc, fail_on) else NACK, error=error, traceback=trace)
+    action = Action.FAIL if isinstance(exc, fail_on) else Action.NACK
+    return Verdict(action, error=error, traceback=trace)
 
 
 def verdict_for_result(result: Any, task_run: Any = None, *, qualified: bool = False) -> Verdict:
@@ -150,8 +150,8 @@ def verdict_for_result(result: Any, task_run: Any = None, *, qualified: bool = F
             f"{_exception_name(exc, qualified)}: {message_of(exc)} "
             "(the job ran and returned this; it is not run again for its return value)"
         )
-        return Verdict(FAIL, error=error, traceback="".join(traceback.format_exception(exc)))
-    return Verdict(ACK, result=result)
+        return Verdict(Action.FAIL, error=error, traceback="".join(traceback.format_exception(exc)))
+    return Verdict(Action.ACK, result=result)
 
 
 def message_of(exc: BaseException) -> str:
@@ -232,14 +232,15 @@ class Executor:
     ) -> None:
         self.client = client
         self.worker_id = worker_id
-        # Acks go through the completer's batches when there is one (runworker), else one by one.
+        # Acks go through the completer's batches when there is one (runworker), else one by one:
+        # see _ack.
         self.completer = completer
         # When each running claim's job started, for the duration logged if it is handed back.
         self._started: dict[tuple[int, int], float] = {}
         # runworker's: a slot that cannot reach the database waits there instead of giving up.
         self.shortage = shortage
 
-    def run(self, job: Job) -> str:
+    def run(self, job: Job) -> Outcome:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
 
         The outcome is ``PENDING`` when the ack went to the completer without
@@ -255,7 +256,7 @@ class Executor:
         finally:
             self._started.pop(claim, None)
 
-    def _run(self, job: Job, started: float) -> str:
+    def _run(self, job: Job, started: float) -> Outcome:
         # Whether the job queries the queue's database: a thread that holds no connection
         # learns it from the connection the job opens; one that holds one watches its queries.
         probe = QueryProbe() if _this_thread.holding else None
@@ -269,24 +270,21 @@ class Executor:
             close_held_connections()
             return outcome
         queried = probe.queried if probe else self.client.using in _this_thread.opened
-        if (
-            verdict.action == ACK
-            and task_run is None
-            and not queried
-            and self._ack_later(job, verdict, duration)
+        # A Django Task's slot waits for its ack: the task_finished signal it sends tells the outcome.
+        wait = task_run is not None
+        outcome = self._record(job, verdict, duration, queried, wait)
+        while outcome is Outcome.UNRECORDED and self._sat_out(
+            f"job {job.pk}'s outcome could not be recorded"
         ):
-            close_held_connections()
-            return PENDING
-        outcome = self._record(job, verdict, queried)
-        while outcome == UNRECORDED and self._sat_out(f"job {job.pk}'s outcome could not be recorded"):
-            outcome = self._record(job, verdict, queried)
-        self._log(job, duration, outcome, verdict.error, verdict.delay)
-        if task_run is not None:
-            task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
+            outcome = self._record(job, verdict, duration, queried, wait)
+        if outcome is not Outcome.PENDING:
+            self._log(job, duration, outcome, verdict.error, verdict.delay)
+            if task_run is not None:
+                task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
         close_held_connections()
         return outcome
 
-    def hand_back(self, job: Job) -> str:
+    def hand_back(self, job: Job) -> Outcome:
         """Give a claimed job back without running it, its attempt not counted."""
         started = self._started.get((job.pk, job.claim_token))
         duration = 0.0 if started is None else time.monotonic() - started
@@ -294,16 +292,16 @@ class Executor:
             released = self.client.release(job, worker_id=self.worker_id)
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            self._log(job, duration, UNRECORDED, f"release failed: {type(exc).__name__}: {exc}")
-            return UNRECORDED
-        outcome = "released" if released else "lost"
+            self._log(job, duration, Outcome.UNRECORDED, f"release failed: {type(exc).__name__}: {exc}")
+            return Outcome.UNRECORDED
+        outcome = Outcome.RELEASED if released else Outcome.LOST
         self._log(job, duration, outcome, "")
         return outcome
 
-    def _hand_back_when_connected(self, job: Job, error: str) -> str:
+    def _hand_back_when_connected(self, job: Job, error: str) -> Outcome:
         """Release ``job`` once this slot can open a connection: the attempt is not counted."""
-        outcome = UNRECORDED
-        while outcome == UNRECORDED and self._sat_out(f"job {job.pk} could not open one: {error}"):
+        outcome = Outcome.UNRECORDED
+        while outcome is Outcome.UNRECORDED and self._sat_out(f"job {job.pk} could not open one: {error}"):
             outcome = self.hand_back(job)
         return outcome
 
@@ -354,42 +352,23 @@ class Executor:
     @staticmethod
     def _with_backoff(job: Job, verdict: Verdict) -> Verdict:
         """Fix a retry's backoff here rather than in ``nack``, so that its line can say when it is due."""
-        if verdict.action != NACK or verdict.delay is not None or job.attempts >= job.max_attempts:
+        if verdict.action is not Action.NACK or verdict.delay is not None or job.attempts >= job.max_attempts:
             return verdict
         settings = jobqueue_settings
         return replace(
             verdict, delay=backoff_delay(job.attempts, settings.BACKOFF_BASE, settings.BACKOFF_MAX)
         )
 
-    def _ack_later(self, job: Job, verdict: Verdict, duration: float) -> bool:
-        """Hand the ack to the completer, which logs the outcome once it is written; False if it cannot."""
-        if self.completer is None:
-            return False
-
-        def report(acked: bool, error: BaseException | None) -> None:
-            if error is None:
-                self._log(job, duration, "done" if acked else "lost", "")
-            else:
-                self._log_unrecorded(job, error)
-                self._log(job, duration, "unrecorded", "")
-
-        return self.completer.submit(job, verdict.result, report)
-
-    def _record(self, job: Job, verdict: Verdict, queried: bool = False) -> str:
+    def _record(self, job: Job, verdict: Verdict, duration: float, queried: bool, wait: bool) -> Outcome:
+        """Tell the queue ``verdict``; return the outcome, ``UNRECORDED`` if the database failed."""
         try:
-            if verdict.action == ACK:
-                # A job that queried the queue's database acks on the connection it used, as
-                # nacks and fails do; the others' acks ride on the claimer's next round trip.
-                if self.completer is not None and not queried:
-                    acked = self.completer.ack(job, verdict.result)
-                else:
-                    acked = self.client.ack(job, worker_id=self.worker_id, result=verdict.result)
-                return "done" if acked else "lost"
-            if verdict.action == FAIL:
+            if verdict.action is Action.ACK:
+                return self._ack(job, verdict.result, duration, queried, wait)
+            if verdict.action is Action.FAIL:
                 failed = self.client.fail(
                     job, worker_id=self.worker_id, error=verdict.error, traceback=verdict.traceback
                 )
-                return "dead" if failed else "lost"
+                return Outcome.DEAD if failed else Outcome.LOST
             nacked = self.client.nack(
                 job,
                 worker_id=self.worker_id,
@@ -400,10 +379,46 @@ class Executor:
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
             self._log_unrecorded(job, exc)
-            return UNRECORDED
+            return Outcome.UNRECORDED
         if not nacked:
-            return "lost"
-        return "dead" if job.attempts >= job.max_attempts else "retry"
+            return Outcome.LOST
+        return Outcome.DEAD if job.attempts >= job.max_attempts else Outcome.RETRY
+
+    def _ack(self, job: Job, result: Any, duration: float, queried: bool, wait: bool) -> Outcome:
+        """Ack ``job`` with ``result``: the one place that decides how an ack is written.
+
+        A job that queried the queue's database acks on the connection it
+        used, as nacks and fails do. Any other ack goes to the completer, to
+        ride on the claimer's next round trip (or on the completer's own once
+        the claimer stops), so that the slot needs no connection: unless
+        ``wait``, the slot goes on at once and the outcome is ``PENDING``, its
+        line logged once the ack is written; with ``wait``, the slot waits for
+        that. Without a completer, or once it has stopped, the slot writes the
+        ack itself.
+
+        Raise what the database raised.
+        """
+        completer = self.completer
+        if completer is not None and not queried:
+            if not wait:
+                if completer.submit(job, result, self._reporter(job, duration)):
+                    return Outcome.PENDING
+            else:
+                answer = Answer()
+                if completer.submit(job, result, answer.report):
+                    return answer.wait()
+        acked = self.client.ack(job, worker_id=self.worker_id, result=result)
+        return Outcome.DONE if acked else Outcome.LOST
+
+    def _reporter(self, job: Job, duration: float) -> Report:
+        """Log ``job``'s line once the completer has written its ack."""
+
+        def report(outcome: Outcome, error: BaseException | None) -> None:
+            if error is not None:
+                self._log_unrecorded(job, error)
+            self._log(job, duration, outcome, "")
+
+        return report
 
     def _log_unrecorded(self, job: Job, exc: BaseException) -> None:
         logger.error(
@@ -415,18 +430,16 @@ class Executor:
         )
 
     def _log(
-        self, job: Job, duration: float, outcome: str, error: str, next_attempt_in: float | None = None
+        self, job: Job, duration: float, outcome: Outcome, error: str, next_attempt_in: float | None = None
     ) -> None:
-        level = {"done": logging.INFO, "released": logging.INFO, "dead": logging.ERROR}.get(
-            outcome, logging.WARNING
-        )
+        level = OUTCOME_LOG_LEVELS.get(outcome, logging.WARNING)
         first_line = error.splitlines()[0] if error.strip() else ""
         if len(first_line) > LOGGED_ERROR_CHARS:  # the stored error keeps more
             first_line = first_line[:LOGGED_ERROR_CHARS] + "..."
         suffix = f" error={first_line!r}" if first_line else ""
-        if outcome == "dead":
+        if outcome is Outcome.DEAD:
             suffix = f" moved_to=dead_letters{suffix}"
-        elif outcome == "retry" and next_attempt_in is not None:
+        elif outcome is Outcome.RETRY and next_attempt_in is not None:
             suffix = f" next_attempt_in={next_attempt_in:.3f}s{suffix}"
         logger.log(
             level,

@@ -38,9 +38,10 @@ from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
 from .completer import Completer, PendingAck
-from .executor import PENDING, Executor
+from .executor import Executor
 from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage, Shortage
+from .outcomes import Outcome
 from .running import RunningJobs
 from .shares import QueueShares
 from .signals import StopSignals
@@ -286,7 +287,7 @@ class Supervisor:
                 finally:
                     # An ack batched with a claim frees its job's slot once written (_acks_written);
                     # anything else frees it here.
-                    if outcome != PENDING and self.running.remove(job):
+                    if outcome is not Outcome.PENDING and self.running.remove(job):
                         self.wakeup.wake()
         finally:
             connections.close_all()

@@ -23,6 +23,7 @@ from ..models import Job
 from ..tasks.backend import JobQueueBackend
 from ..tasks.compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
 from ..tasks.rows import resolve_task, result_from_job, task_error, task_for_row
+from .outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +57,12 @@ class TaskRun:
         """
         return normalize_json(value)
 
-    def finish(self, outcome: str, result: Any, error: str, traceback: str) -> None:
+    def finish(self, outcome: Outcome, result: Any, error: str, traceback: str) -> None:
         """Send ``task_finished`` if ``outcome`` (the executor's) is final."""
-        if outcome == "done":
+        if outcome is Outcome.DONE:
             status = TaskResultStatus.SUCCESSFUL
             object.__setattr__(self.result, "_return_value", result)  # TaskResult is frozen
-        elif outcome == "dead":
+        elif outcome is Outcome.DEAD:
             status = TaskResultStatus.FAILED
             self.result.errors.append(task_error(error, traceback))
         else:
