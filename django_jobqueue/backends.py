@@ -151,7 +151,7 @@ class JobQueueBackend(BaseTaskBackend):
         ``JobPayloadError`` for arguments JSON cannot carry, before anything is written.
         """
         from .queue import ops
-        from .queue.client import prepare_job
+        from .queue.preparation import prepare_job
         from .task_rows import check_task_module, result_from_job
 
         self.validate_task(task)

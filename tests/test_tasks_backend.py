@@ -26,7 +26,7 @@ from django_jobqueue.backends import (
 from django_jobqueue.exceptions import JobPayloadError
 from django_jobqueue.models import DeadLetter, Job
 from django_jobqueue.queue import ops
-from django_jobqueue.queue.client import prepare_job
+from django_jobqueue.queue.preparation import prepare_job
 from tests import tasks_for_workers as tasks
 from tests.conftest import count_jobs
 

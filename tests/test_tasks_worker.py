@@ -13,7 +13,7 @@ if find_spec("django.tasks") is None and find_spec("django_tasks") is None:
 from django_jobqueue.backends import TaskResultStatus
 from django_jobqueue.models import DeadLetter, Job
 from django_jobqueue.queue import ops
-from django_jobqueue.queue.client import prepare_job
+from django_jobqueue.queue.preparation import prepare_job
 from tests import tasks_for_workers as tasks
 from tests.jobs_for_workers import events
 from tests.worker_support import wait_until
