@@ -12,8 +12,8 @@ lost race is ``False``, never an exception. Every time is the database's clock.
 Each function commits on its own (autocommit) unless the caller is inside
 ``transaction.atomic()``, in which case it joins the caller's transaction.
 
-Only ``queue/`` imports this package; callers outside it go through
-``QueueClient`` and the names ``django_jobqueue.queue`` exports.
+Callers outside ``queue/`` go through ``QueueClient`` and the names
+``django_jobqueue.queue`` exports; none imports a stage module.
 """
 
 from .claims import (
