@@ -51,6 +51,10 @@ class JobQueueSettings:
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "JOBQUEUE", None) or {}
 
+    def merged(self) -> dict[str, Any]:
+        """Every setting at once, defaults filled in: one read of Django's settings for many values."""
+        return {**DEFAULTS, **self.user_settings()}
+
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
             raise AttributeError(f"JOBQUEUE has no setting {name!r}")

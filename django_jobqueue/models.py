@@ -1,6 +1,6 @@
 """The queue's tables: live jobs, dead letters and running workers.
 
-Rows of ``Job`` and ``DeadLetter`` are written only by ``queue/ops.py``; read
+Rows of ``Job`` and ``DeadLetter`` are written only by ``queue/ops/``; read
 them freely through the ORM.
 """
 

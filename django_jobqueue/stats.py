@@ -19,7 +19,7 @@ from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
 from .models import DeadLetter, Job, JobStatus, Worker
-from .queue.dialects import dialect_for
+from .queue import engine_for
 from .queue.rows import to_datetime
 
 # A worker beats at least every 10 s; three missed beats and it is shown as late.
@@ -120,7 +120,7 @@ def database_now(using: str) -> datetime:
     connection = connections[using]
     with connection.cursor() as cursor:
         # An empty parameter list, so that SQLite's %% escapes are unfolded.
-        cursor.execute(f"SELECT {dialect_for(connection).now}", [])
+        cursor.execute(f"SELECT {engine_for(connection).now}", [])
         value = cursor.fetchone()[0]
     now = to_datetime(value)
     if now is None:

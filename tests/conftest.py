@@ -92,7 +92,7 @@ def listener(postgresql_only: None, transactional_db: None) -> Iterator[Any]:
     """A psycopg connection LISTENing on the queue's channel (PostgreSQL only)."""
     import psycopg
 
-    from django_jobqueue.queue.ops import NOTIFY_CHANNEL
+    from django_jobqueue.queue import NOTIFY_CHANNEL
 
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)

@@ -25,8 +25,7 @@ from django_jobqueue.backends import (
 )
 from django_jobqueue.exceptions import JobPayloadError
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.queue import ops
-from django_jobqueue.queue.client import prepare_job
+from django_jobqueue.queue import QueueClient
 from tests import tasks_for_workers as tasks
 from tests.conftest import count_jobs
 
@@ -327,8 +326,7 @@ def test_get_result_never_imports_a_module_outside_the_allowed_ones(queue, monke
     canary = tmp_path / "canary"
     monkeypatch.setenv("JOBQUEUE_CANARY", str(canary))
     monkeypatch.delitem(sys.modules, "tests.canary_module", raising=False)
-    marked = prepare_job("tests.canary_module.run", {"args": [], "kwargs": {}}, {})
-    row = ops.insert_jobs("default", [marked._replace(task_backend="default")])[0]
+    row = QueueClient().push_task("default", "tests.canary_module.run", {"args": [], "kwargs": {}})
 
     with pytest.raises(TaskResultDoesNotExist, match="refused to import 'tests.canary_module'"):
         tasks.add.get_backend().get_result(str(row.pk))

@@ -12,8 +12,7 @@ if find_spec("django.tasks") is None and find_spec("django_tasks") is None:
 
 from django_jobqueue.backends import TaskResultStatus
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.queue import ops
-from django_jobqueue.queue.client import prepare_job
+from django_jobqueue.queue import QueueClient
 from tests import tasks_for_workers as tasks
 from tests.jobs_for_workers import events
 from tests.worker_support import wait_until
@@ -23,8 +22,7 @@ FAST_BACKOFF = {"JOBQUEUE_BACKOFF_BASE": "0.05", "JOBQUEUE_BACKOFF_MAX": "0.2"}
 
 def marked_job(name: str, payload: dict, **options) -> Job:
     """A row marked as a task whatever its name says: what a worker must be careful with."""
-    new_job = prepare_job(name, payload, options)
-    return ops.insert_jobs("default", [new_job._replace(task_backend="default")])[0]
+    return QueueClient().push_task("default", name, payload, **options)
 
 
 def test_tasks_run_next_to_jobs_and_their_results_are_read_back(queue, start_worker, events_path, tmp_path):

@@ -7,7 +7,7 @@ import signal
 from django.db import connection
 
 from django_jobqueue.models import Job, Worker
-from django_jobqueue.queue.dialects import dialect_for
+from django_jobqueue.queue import engine_for
 from tests.worker_support import wait_until
 
 
@@ -15,7 +15,7 @@ def make_stale(worker_id: str) -> None:
     """Date the worker row's heartbeat two minutes back, as if its worker had died then."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE django_jobqueue_worker SET last_heartbeat = {dialect_for(connection).now_minus('120')} "
+            f"UPDATE django_jobqueue_worker SET last_heartbeat = {engine_for(connection).now_minus('120')} "
             "WHERE worker_id = %s",
             [worker_id],
         )

@@ -15,7 +15,7 @@ from django.db.models import Model
 from django.http import HttpRequest
 
 from ..models import DeadLetter, Job, JobStatus
-from ..queue.ops import DeletedDeadLetter, JobChange, RetriedDeadLetter
+from ..queue import DeletedDeadLetter, JobChange, RetriedDeadLetter
 
 
 def log_job_changes(request: HttpRequest, changes: Sequence[JobChange], status: str, message: str) -> None:

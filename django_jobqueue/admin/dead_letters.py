@@ -23,7 +23,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import DeadLetter
-from ..queue.ops import RetriedDeadLetter
+from ..queue import RetriedDeadLetter
 from .audit import log_deleted, log_retried
 from .base import OperatorAdmin, parse_id
 from .display import EMPTY, cut, preformatted, pretty_payload, seconds, timestamp, with_relative

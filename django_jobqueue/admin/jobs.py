@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import LIVE_STATUSES, Job, JobStatus
-from ..queue.ops import JobChange
+from ..queue import JobChange
 from ..stats import format_age
 from .audit import log_job_changes
 from .base import OperatorAdmin, id_batches, parse_id

@@ -1,5 +1,18 @@
-"""The queue's state machine: every statement that changes a job row lives in ``ops``."""
+"""The queue's state machine: every statement that changes a job row lives in ``ops``.
+
+Code outside ``queue/`` imports from here, never from ``ops`` or ``engines``:
+``QueueClient`` for every transition, and the result types it returns.
+"""
 
 from .client import QueueClient
+from .engines import engine_for
+from .ops import NOTIFY_CHANNEL, DeletedDeadLetter, JobChange, RetriedDeadLetter
 
-__all__ = ["QueueClient"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "DeletedDeadLetter",
+    "JobChange",
+    "QueueClient",
+    "RetriedDeadLetter",
+    "engine_for",
+]

@@ -58,19 +58,22 @@ def bound_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     return wrap_driver_cursor(connection, cursor)
 
 
-def fetchall(connection: BaseDatabaseWrapper, cursor: CursorWrapper) -> list[Any]:
-    """``cursor.fetchall()``, without the wrapper function Django's cursor builds for each call."""
+def fetch_rows(connection: BaseDatabaseWrapper, cursor: CursorWrapper) -> list[Any]:
+    """The rows of the statement just run on ``cursor``.
+
+    ``cursor.fetchall()``, without the wrapper function Django's cursor builds for each call.
+    """
     with connection.wrap_database_errors:
         rows: list[Any] = driver_cursor(cursor).fetchall()
     return rows
 
 
-def fetch_all(using: str, sql: str, params: Sequence[Any]) -> list[Any]:
+def run_bound(using: str, sql: str, params: Sequence[Any]) -> list[Any]:
     """Run one statement on the ``bound_cursor`` of ``using`` and return its rows."""
     connection = connections[using]
     cursor = bound_cursor(connection)
     cursor.execute(sql, params)
-    return fetchall(connection, cursor)
+    return fetch_rows(connection, cursor)
 
 
 @functools.cache

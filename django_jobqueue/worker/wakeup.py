@@ -4,13 +4,14 @@ Everywhere, the loop wakes at least every ``--poll-interval`` to look for due
 jobs (a delayed job, a retry whose backoff ended, a claim rescued elsewhere),
 and at once when one of its own slots frees up.
 
-On PostgreSQL a listener thread also holds a connection of its own that
-``LISTEN``s on ``ops.NOTIFY_CHANNEL``. Every enqueue notifies it with the queue
-name when its transaction commits, so an idle worker starts a new job within
-milliseconds instead of at the next poll. Notifications for queues the worker
-does not serve are ignored. The listener is a shortcut, never a dependency: if
-its connection drops, it reconnects with backoff while polling carries on, and
-after reconnecting it wakes the loop once for what it may have missed.
+Where the database has LISTEN/NOTIFY (PostgreSQL), a listener thread also
+holds a connection of its own that ``LISTEN``s on ``queue.NOTIFY_CHANNEL``.
+Every enqueue notifies it with the queue name when its transaction commits, so
+an idle worker starts a new job within milliseconds instead of at the next
+poll. Notifications for queues the worker does not serve are ignored. The
+listener is a shortcut, never a dependency: if its connection drops, it
+reconnects with backoff while polling carries on, and after reconnecting it
+wakes the loop once for what it may have missed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..queue.ops import NOTIFY_CHANNEL
+from ..queue import NOTIFY_CHANNEL, engine_for
 from .outage import FIRST_DELAY, MAX_DELAY
 from .service import Service
 
@@ -42,7 +43,7 @@ class Wakeup:
         self._lock = threading.Lock()
         self._notified: set[str] = set()
         self.listener: Listener | None = None
-        if connections[using].vendor == "postgresql":
+        if engine_for(connections[using]).supports_listen_notify:
             self.listener = Listener(using, frozenset(queues), self)
 
     @property

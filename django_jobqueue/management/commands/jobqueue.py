@@ -20,8 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import stats
 from ...models import DeadLetter
-from ...queue import QueueClient
-from ...queue.ops import RetriedDeadLetter
+from ...queue import QueueClient, RetriedDeadLetter
 from ...queue.validation import check_name, check_queue
 from ..arguments import database_alias
 

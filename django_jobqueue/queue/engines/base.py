@@ -1,0 +1,69 @@
+"""What one database does differently from another, behind one small class.
+
+Every statement in ``queue/ops/`` is written once. Where databases differ, it
+asks the connection's engine: a capability flag chooses between two ways of
+doing a thing, and a fragment fills in SQL that is spelt differently. A new
+database is one more module here, not a branch at every statement. The flags
+are False here, the conservative choice; an engine sets what its database has.
+All times are the database's clock.
+"""
+
+from __future__ import annotations
+
+
+class Engine:
+    """A database's capabilities and SQL fragments, as ``queue/ops/`` uses them."""
+
+    # Django's ``connection.vendor`` for this database.
+    vendor: str = ""
+
+    # -- capability flags --------------------------------------------------------
+
+    # SELECT … FOR UPDATE: a statement locks the rows it read until it commits.
+    supports_select_for_update: bool = False
+    # … SKIP LOCKED: claimers pass over each other's rows instead of waiting on them.
+    supports_skip_locked: bool = False
+    # LISTEN / NOTIFY: an insert wakes the workers of its queue at once; without it they poll.
+    supports_listen_notify: bool = False
+    # Binary COPY FROM STDIN: a large batch streams into the table (``ops.copy``).
+    supports_copy: bool = False
+    # psycopg's own cursor with server-side binding (``native.bound_cursor``) for per-job statements.
+    supports_bound_cursor: bool = False
+    # Array parameters unnested by the server, on the bound cursor: a batch of any length in a few parameters.
+    supports_array_params: bool = False
+    # INSERT / UPDATE / DELETE inside WITH: a worker's acks and next claims as one statement.
+    supports_data_modifying_cte: bool = False
+
+    # -- SQL fragments -----------------------------------------------------------
+
+    # The database's current time, as the statements write it.
+    now: str = ""
+    # Appended to a subquery that picks rows to change: lock them, passing over locked ones.
+    skip_locked: str = ""
+    # Appended to a read whose rows this transaction changes next: lock them, waiting.
+    for_update: str = ""
+    # A number parameter that may be None: a server that infers parameter types needs a cast.
+    nullable_float: str = "%s"
+    # ``str.format`` templates for ``now_plus``, ``json_push`` and ``json_pop``.
+    now_plus_template: str = ""
+    json_push_template: str = ""
+    json_pop_template: str = ""
+
+    def now_plus(self, seconds_sql: str) -> str:
+        """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""
+        return self.now_plus_template.format(seconds=seconds_sql)
+
+    def now_minus(self, seconds_sql: str) -> str:
+        """SQL for the database's now minus ``seconds_sql`` seconds."""
+        return self.now_plus(f"-({seconds_sql})")
+
+    def json_push(self, column: str, value_sql: str) -> str:
+        """SQL for the JSON array ``column`` with the string ``value_sql`` appended."""
+        return self.json_push_template.format(column=column, value=value_sql)
+
+    def json_pop(self, column: str) -> str:
+        """SQL for the JSON array ``column`` less its last item."""
+        return self.json_pop_template.format(column=column)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.vendor}>"

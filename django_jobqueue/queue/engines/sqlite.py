@@ -1,0 +1,19 @@
+"""SQLite: one writer at a time, so no row locks; workers poll; times written as Django stores them.
+
+``'now'`` is written with microseconds, the way Django stores datetimes on SQLite.
+"""
+
+from __future__ import annotations
+
+from .base import Engine
+
+
+class SQLiteEngine(Engine):
+    vendor = "sqlite"
+
+    now = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '000')"
+    now_plus_template = (
+        "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('%%.6f seconds', {seconds})) || '000')"
+    )
+    json_push_template = "json_insert({column}, '$[#]', {value})"
+    json_pop_template = "json_remove({column}, '$[#-1]')"

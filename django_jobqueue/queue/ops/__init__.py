@@ -1,0 +1,81 @@
+"""Every statement that changes a job, dead-letter or worker row, and nothing else.
+
+One module per stage: ``enqueue`` and ``copy`` (new jobs), ``claims`` (claim,
+ack, retry, bury, extend, release), ``upkeep`` (expired claims, pruning),
+``dead_letters``, ``operator`` (the admin's batches) and ``workers`` (worker
+rows); what they share is in ``tables``, and what differs per database in
+``queue/engines``.
+
+Each transition names the state it expects (and, for a claimed job, the claim
+it expects) in its ``WHERE`` clause, and reports whether it changed a row: a
+lost race is ``False``, never an exception. Every time is the database's clock.
+Each function commits on its own (autocommit) unless the caller is inside
+``transaction.atomic()``, in which case it joins the caller's transaction.
+
+Callers outside ``queue/`` go through ``QueueClient`` and the names
+``django_jobqueue.queue`` exports; none imports a stage module.
+"""
+
+from .claims import (
+    attempts_of,
+    bury,
+    claim,
+    claim_round,
+    complete,
+    complete_many,
+    extend,
+    extend_claims,
+    release,
+    retry_later,
+)
+from .copy import copy_jobs, writes_by_copy
+from .dead_letters import (
+    DeletedDeadLetter,
+    IdsQuery,
+    RetriedDeadLetter,
+    delete_dead_letter_batch,
+    retry_dead_letter,
+    retry_dead_letter_batch,
+)
+from .enqueue import insert_jobs
+from .operator import JobChange, cancel_jobs, run_jobs_now
+from .tables import NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
+from .upkeep import prune, tick_timeouts
+from .workers import beat_worker, live_worker, prune_workers, register_worker, unregister_worker
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "ROWS_PER_STATEMENT",
+    "DeletedDeadLetter",
+    "Fence",
+    "IdsQuery",
+    "JobChange",
+    "NewJob",
+    "RetriedDeadLetter",
+    "attempts_of",
+    "batched",
+    "beat_worker",
+    "bury",
+    "cancel_jobs",
+    "claim",
+    "claim_round",
+    "complete",
+    "complete_many",
+    "copy_jobs",
+    "delete_dead_letter_batch",
+    "extend",
+    "extend_claims",
+    "insert_jobs",
+    "live_worker",
+    "prune",
+    "prune_workers",
+    "register_worker",
+    "release",
+    "retry_dead_letter",
+    "retry_dead_letter_batch",
+    "retry_later",
+    "run_jobs_now",
+    "tick_timeouts",
+    "unregister_worker",
+    "writes_by_copy",
+]

@@ -1,0 +1,170 @@
+"""Dead letters: jobs that failed for good moved out of the job table, and put back or deleted.
+
+A job is moved (copied and deleted in one transaction) when its attempts are
+spent; an operator retries a dead letter (back to a ready job, attempts reset)
+or deletes it. Payloads never leave the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from ...models import DeadLetter, Job
+from ..engines import Engine
+from ..rows import JOB_COLUMNS_SQL, job_from_row
+from .tables import (
+    DEAD,
+    INSERT_COLUMNS,
+    JOB,
+    ROWS_PER_STATEMENT,
+    batched,
+    cursor_and_engine,
+    marks,
+    notify_queues,
+)
+
+
+def move_to_dead_letters(
+    using: str, error_sql: str, traceback_sql: str, where: str, lock: str, params: list[Any]
+) -> int:
+    """Copy the job rows matching ``where`` to the dead letters and delete them, atomically.
+
+    ``params`` fill ``error_sql``, ``traceback_sql`` and ``where``, in that order.
+    """
+    cursor, engine = cursor_and_engine(using)
+    with transaction.atomic(using=using):
+        # Being a write, this statement takes SQLite's write lock before it reads.
+        cursor.execute(
+            f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
+            "visibility_timeout, enqueued_at, worker_id, error, traceback, failed_at, "
+            "started_at, last_attempted_at, task_backend, worker_ids) "
+            "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, "
+            f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
+            "started_at, last_attempted_at, task_backend, worker_ids "
+            f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
+            params,
+        )
+        job_ids = [row[0] for row in cursor.fetchall()]
+        # Deleted by id alone: this transaction holds their locks (the SKIP LOCKED in
+        # ``where``, or ``lock``; on SQLite, the write lock) since it read them.
+        for ids in batched(job_ids, ROWS_PER_STATEMENT):
+            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(ids)})", ids)
+    return len(job_ids)
+
+
+def _revive_sql(engine: Engine) -> str:
+    """``INSERT ... SELECT`` of dead letters as ready jobs, attempts reset; the caller adds WHERE.
+
+    The first enqueue time and the last error are kept; the unique key is not
+    (a live job may hold it by now).
+    """
+    return (
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, "
+        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD}"
+    )
+
+
+def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
+    """dead letter -> ready job, attempts reset, in one transaction.
+
+    Raise ``DeadLetter.DoesNotExist`` if it is gone (already retried or
+    deleted), so that retrying twice never makes two jobs.
+    """
+    cursor, engine = cursor_and_engine(using)
+    with transaction.atomic(using=using):
+        cursor.execute(
+            f"{_revive_sql(engine)} WHERE id = %s {engine.for_update} RETURNING {JOB_COLUMNS_SQL}",
+            [dead_letter_id],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            raise DeadLetter.DoesNotExist(f"dead letter {dead_letter_id} does not exist")
+        cursor.execute(f"DELETE FROM {DEAD} WHERE id = %s", [dead_letter_id])
+    return job_from_row(using, row)
+
+
+# An SQL ``SELECT`` of dead-letter ids and its parameters: the rows an operator chose.
+IdsQuery = tuple[str, Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class RetriedDeadLetter:
+    """A dead letter put back on its queue: where it came from and the job it became."""
+
+    dead_letter_id: int
+    old_job_id: int
+    job_id: int
+    name: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class DeletedDeadLetter:
+    dead_letter_id: int
+    old_job_id: int
+    name: str
+
+
+def retry_dead_letter_batch(
+    using: str, matching: IdsQuery, after_id: int, limit: int
+) -> list[RetriedDeadLetter]:
+    """Dead letters -> ready jobs with attempts reset: up to ``limit`` of those in
+    ``matching`` whose id is above ``after_id``, lowest ids first, in one transaction.
+
+    Each dead letter is locked, copied and deleted in that transaction, so one
+    retried twice (a double submit, two operators) becomes one job: the second
+    finds it gone and skips it. Return what was retried, by dead-letter id; an
+    empty list means none is left (or, on PostgreSQL, that a concurrent retry of
+    the same rows took this whole batch, and goes on with the rest itself).
+    Payloads never leave the database.
+    """
+    cursor, engine = cursor_and_engine(using)
+    matching_sql, matching_params = matching
+    lock = engine.for_update
+    with transaction.atomic(using=using):
+        # On SQLite this read runs inside the write lock that an IMMEDIATE
+        # transaction takes up front (see the getting-started guide).
+        cursor.execute(
+            f"SELECT id, job_id FROM {DEAD} WHERE id > %s AND id IN ({matching_sql}) "
+            f"ORDER BY id LIMIT %s {lock}",
+            [after_id, *matching_params, limit],
+        )
+        picked = cursor.fetchall()
+        if not picked:
+            return []
+        ids = [row[0] for row in picked]
+        # Ids are drawn in the order the ORDER BY hands rows to the insert, so
+        # the new jobs sorted by id pair up with the dead letters sorted by id.
+        cursor.execute(
+            f"{_revive_sql(engine)} WHERE id IN ({marks(ids)}) ORDER BY id RETURNING id, name, queue", ids
+        )
+        created = sorted(cursor.fetchall())
+        cursor.execute(f"DELETE FROM {DEAD} WHERE id IN ({marks(ids)})", ids)
+        notify_queues(using, [row[2] for row in created])
+    return [
+        RetriedDeadLetter(dead_id, old_job_id, job_id, name, queue)
+        for (dead_id, old_job_id), (job_id, name, queue) in zip(picked, created, strict=True)
+    ]
+
+
+def delete_dead_letter_batch(
+    using: str, matching: IdsQuery, after_id: int, limit: int
+) -> list[DeletedDeadLetter]:
+    """Delete up to ``limit`` dead letters of ``matching`` whose id is above ``after_id``,
+    lowest ids first; return those deleted (an empty list means none is left).
+
+    A dead letter retried or deleted meanwhile is skipped.
+    """
+    cursor, _ = cursor_and_engine(using)
+    matching_sql, matching_params = matching
+    cursor.execute(
+        f"DELETE FROM {DEAD} WHERE id IN (SELECT id FROM {DEAD} WHERE id > %s "
+        f"AND id IN ({matching_sql}) ORDER BY id LIMIT %s) RETURNING id, job_id, name",
+        [after_id, *matching_params, limit],
+    )
+    return [DeletedDeadLetter(*row) for row in sorted(cursor.fetchall())]

@@ -1,0 +1,240 @@
+"""Enqueue: new jobs inserted as ready, one statement per chunk of rows.
+
+A job whose ``unique_key`` a live job holds is not inserted; that job stands
+in for it. A large batch without unique keys goes by COPY instead (``copy.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from ...models import Job
+from ..engines import Engine, engine_for
+from ..native import bound_cursor, fetch_rows
+from ..rows import JOB_COLUMNS_SQL, datetime_as_read, datetime_from_db, job_from_row, jobs_from_values
+from .tables import (
+    INSERT_COLUMNS,
+    JOB,
+    LIVE,
+    NOTIFY_RETURNING,
+    ON_LIVE_KEY_CONFLICT,
+    ROWS_PER_STATEMENT,
+    NewJob,
+    batched,
+    cursor_and_engine,
+)
+
+
+def insert_jobs(using: str, new_jobs: Sequence[NewJob]) -> list[Job]:
+    """Insert ``new_jobs`` as ready jobs and return them, in the order given.
+
+    A job whose ``unique_key`` is held by a live (ready or running) job is not
+    inserted; that live job is returned in its place. Concurrent producers of
+    one key are safe: the unique index decides, and the loser returns the
+    winner's job.
+    """
+    if not new_jobs:
+        return []
+    connection = connections[using]
+    if len(new_jobs) <= ROWS_PER_STATEMENT:
+        return _insert_chunk(connection, new_jobs)  # one statement: atomic by itself
+    result: list[Job] = []
+    with transaction.atomic(using=using):
+        for chunk in batched(new_jobs, ROWS_PER_STATEMENT):
+            result.extend(_insert_chunk(connection, chunk))
+    return result
+
+
+def _insert_chunk(connection: BaseDatabaseWrapper, chunk: Sequence[NewJob]) -> list[Job]:
+    engine = engine_for(connection)
+    if engine.supports_bound_cursor:
+        cursor = bound_cursor(connection)
+        if len(chunk) > 1 and engine.supports_array_params:
+            return _insert_arrays(connection, cursor, chunk)
+        return _insert_values(connection, engine, cursor, chunk)
+    return _insert_values(connection, engine, connection.cursor(), chunk)
+
+
+def _insert_values(
+    connection: BaseDatabaseWrapper, engine: Engine, cursor: CursorWrapper, chunk: Sequence[NewJob]
+) -> list[Job]:
+    """Insert ``chunk`` with one ``INSERT … VALUES`` of a row of parameters per job."""
+    run_ats: list[str] = []
+    params: list[Any] = []
+    for new in chunk:
+        if new.run_at is not None:
+            run_at_sql = "%s"
+            params_run_at: list[Any] = [connection.ops.adapt_datetimefield_value(new.run_at)]
+        elif new.delay:
+            run_at_sql, params_run_at = engine.now_plus("%s"), [new.delay]
+        else:
+            run_at_sql, params_run_at = engine.now, []
+        run_ats.append(run_at_sql)
+        params += [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
+        params += [new.visibility_timeout, *params_run_at, new.unique_key, new.task_backend]
+    keyed = any(new.unique_key is not None for new in chunk)
+    cursor.execute(_insert_values_sql(engine, tuple(run_ats), keyed), params)
+    return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool) -> str:
+    """``_insert_values``'s statement for rows whose ``run_at`` are these SQL expressions."""
+    rows_sql = ", ".join(
+        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s)"
+        for run_at_sql in run_ats
+    )
+    on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
+    notify = NOTIFY_RETURNING if engine.supports_listen_notify else ""
+    return (
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) VALUES {rows_sql} {on_conflict} "
+        f"RETURNING {_INSERTED_RETURNING}{notify}"
+    )
+
+
+# The columns an insert returns: what the database chose. The rest of each Job
+# comes from what was inserted (``rows.jobs_from_values``), which spares reading
+# every column of every row back and converting it.
+_INSERTED_RETURNING = "id, run_at, created_at, unique_key"
+
+
+def _insert_arrays(
+    connection: BaseDatabaseWrapper, cursor: CursorWrapper, chunk: Sequence[NewJob]
+) -> list[Job]:
+    """Insert ``chunk`` with one statement whose parameters are one array per column.
+
+    A handful of parameters however many rows, bound by the server
+    (``native.bound_cursor``): no long SQL text to build or parse. The path of a
+    batch that holds unique keys, which ``ON CONFLICT`` arbitrates.
+    """
+    keyed = any(new.unique_key is not None for new in chunk)
+    on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
+    cursor.execute(
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        "SELECT u.name, u.queue, u.payload, u.priority, 'ready', 0, u.max_attempts, u.visibility_timeout, "
+        "COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', now(), "
+        "u.task_backend "
+        # run_at travels as text: a naive datetime (USE_TZ off) then means the
+        # session's time zone, as a naive parameter always has.
+        "FROM unnest(%s::text[], %s::text[], %s::text[]::jsonb[], %s::smallint[], %s::integer[], "
+        "%s::double precision[], %s::text[]::timestamptz[], %s::double precision[], %s::text[], %s::text[]) "
+        "WITH ORDINALITY AS u(name, queue, payload, priority, max_attempts, visibility_timeout, run_at, "
+        "delay, unique_key, task_backend, position) "
+        # Ids are drawn in this order: sorting the returned rows by id restores the chunk's.
+        f"ORDER BY u.position {on_conflict} RETURNING {_INSERTED_RETURNING}{NOTIFY_RETURNING}",
+        [
+            [new.name for new in chunk],
+            [new.queue for new in chunk],
+            [new.payload_json for new in chunk],
+            [new.priority for new in chunk],
+            [new.max_attempts for new in chunk],
+            [new.visibility_timeout for new in chunk],
+            [None if new.run_at is None else new.run_at.isoformat() for new in chunk],
+            [new.delay for new in chunk],
+            [new.unique_key for new in chunk],
+            [new.task_backend for new in chunk],
+        ],
+    )
+    return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed)
+
+
+def _inserted_jobs(
+    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], returned: list[Any], keyed: bool
+) -> list[Job]:
+    """The jobs of ``chunk``, in its order, from the rows its insert returned (``_INSERTED_RETURNING``)."""
+    # Ids grow in the order the rows were inserted; sorting restores that order.
+    rows = sorted(returned)
+    if len(rows) == len(chunk):
+        sources: Sequence[NewJob] = chunk
+    else:
+        # A taken unique_key kept some rows out: pair each row with the first new job of its key.
+        unkeyed = iter(new for new in chunk if new.unique_key is None)
+        first_of_key: dict[str, NewJob] = {}
+        for new in chunk:
+            if new.unique_key is not None:
+                first_of_key.setdefault(new.unique_key, new)
+        sources = [next(unkeyed) if row[3] is None else first_of_key[row[3]] for row in rows]
+    # PostgreSQL's rows come from native.bound_cursor: aware datetimes, as psycopg reads them.
+    as_read = _datetime_reader(connection)
+    inserted = jobs_from_values(
+        connection.alias,
+        (
+            {
+                **inserted_values(new, row[0], as_read(row[1])),
+                "unique_key": row[3],
+                "created_at": as_read(row[2]),
+            }
+            for new, row in zip(sources, rows, strict=True)
+        ),
+        {"status": "ready"},
+    )
+    if not keyed:
+        return inserted
+    return _match_inserted(connection, chunk, inserted)
+
+
+def _datetime_reader(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
+    """How a datetime of ``_INSERTED_RETURNING`` becomes the ORM's on ``connection``."""
+    if engine_for(connection).supports_bound_cursor:
+        return functools.partial(datetime_as_read, connection)
+    return datetime_from_db
+
+
+def _match_inserted(
+    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], inserted: list[Job]
+) -> list[Job]:
+    by_key = {job.unique_key: job for job in inserted if job.unique_key is not None}
+    unkeyed = iter(job for job in inserted if job.unique_key is None)
+    matched: list[Job] = []
+    for new in chunk:
+        if new.unique_key is None:
+            matched.append(next(unkeyed))
+        else:
+            if new.unique_key not in by_key:
+                by_key[new.unique_key] = _live_job_for_key(connection, new)
+            matched.append(by_key[new.unique_key])
+    return matched
+
+
+def _live_job_for_key(connection: BaseDatabaseWrapper, new: NewJob) -> Job:
+    """Return the live job holding ``new.unique_key``, inserting ``new`` if it has gone."""
+    using = connection.alias
+    cursor, _ = cursor_and_engine(using)
+    for _attempt in range(10):
+        cursor.execute(
+            f"SELECT {JOB_COLUMNS_SQL} FROM {JOB} WHERE unique_key = %s AND status IN {LIVE}",
+            [new.unique_key],
+        )
+        row = cursor.fetchone()
+        if row is not None:
+            return job_from_row(using, row)
+        # The holder finished between our insert and this read: try the insert again.
+        with transaction.atomic(using=using):
+            again = _insert_chunk(connection, [new])
+        if again:
+            return again[0]
+    raise RuntimeError(f"unique_key {new.unique_key!r} kept changing hands; enqueue again")
+
+
+def inserted_values(new: NewJob, job_id: int, run_at: datetime) -> dict[str, Any]:
+    """The values of the Job returned for ``new``, inserted as ``job_id``, beyond those its batch shares."""
+    return {
+        "id": job_id,
+        "name": new.name,
+        "queue": new.queue,
+        # The payload as the database gives it back: a flat one's copy, or its JSON decoded.
+        "payload": new.payload if new.payload is not None else json.loads(new.payload_json),
+        "priority": new.priority,
+        "max_attempts": new.max_attempts,
+        "visibility_timeout": new.visibility_timeout,
+        "run_at": run_at,
+        "task_backend": new.task_backend,
+    }

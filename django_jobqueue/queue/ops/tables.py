@@ -1,0 +1,118 @@
+"""What every statement shares: the tables, the job's insert columns, the fence, the wake-up.
+
+Written once here, used by the statement modules of this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+
+from ...models import DeadLetter, Job, Worker
+from ..engines import Engine, engine_for
+
+JOB = Job._meta.db_table
+DEAD = DeadLetter._meta.db_table
+WORKER = Worker._meta.db_table
+LIVE = "('ready', 'running')"
+CLAIM_ORDER = "priority DESC, run_at, id"
+# The columns an insert of a new job writes, in the order its values come.
+INSERT_COLUMNS = (
+    "name, queue, payload, priority, status, attempts, max_attempts, visibility_timeout, run_at, "
+    "claim_token, unique_key, last_error, last_traceback, created_at, task_backend"
+)
+# An insert whose unique_key a live job holds writes nothing; the unique index decides.
+ON_LIVE_KEY_CONFLICT = (
+    f"ON CONFLICT (unique_key) WHERE status IN {LIVE} AND unique_key IS NOT NULL DO NOTHING"
+)
+# A claimed row still held by the owner that the next parameter names.
+HELD_BY = "status = 'running' AND locked_by = %s"
+# Rows (or ids, or claims) per statement, for inserts, acks, heartbeats and
+# operator batches alike: well under SQLite's limit of 32,766 bound parameters.
+ROWS_PER_STATEMENT = 500
+# Expired claims handled per statement by tick_timeouts.
+TICK_BATCH = 500
+
+
+class NewJob(NamedTuple):
+    """A validated job, ready to insert (see ``QueueClient.push``).
+
+    A named tuple: a batch makes one per job, and a tuple is made several
+    times faster than a frozen dataclass.
+    """
+
+    name: str
+    queue: str
+    payload_json: str
+    priority: int
+    max_attempts: int
+    visibility_timeout: float
+    run_at: datetime | None  # an absolute time, or None for now + delay
+    delay: float
+    unique_key: str | None
+    task_backend: str = ""  # the TASKS alias of a Django Tasks job; "" for a @job job
+    # The payload as decoding payload_json gives it, where that is known without decoding.
+    payload: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The claim a completion expects: the job, its owner and (if known) the claim token."""
+
+    job_id: int
+    worker_id: str
+    claim_token: int | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        sql = f"id = %s AND {HELD_BY}"
+        params: list[Any] = [self.job_id, self.worker_id]
+        if self.claim_token is not None:
+            sql += " AND claim_token = %s"
+            params.append(self.claim_token)
+        return sql, params
+
+
+def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def cursor_and_engine(using: str) -> tuple[CursorWrapper, Engine]:
+    """A Django cursor on database ``using``, and that database's engine."""
+    connection = connections[using]
+    return connection.cursor(), engine_for(connection)
+
+
+# -- wake-up -------------------------------------------------------------------
+
+# The PostgreSQL channel an insert notifies, with the queue name as the payload.
+# A constant: a worker LISTENs on it whatever its queues, and filters by payload.
+NOTIFY_CHANNEL = "django_jobqueue"
+
+# Appended to an insert's RETURNING list on PostgreSQL: every inserted row
+# notifies its queue. The notifications are sent when the transaction commits,
+# never for one that rolls back, and PostgreSQL folds identical notifications of
+# one transaction into one, so a transaction that enqueues many jobs wakes the
+# workers once per queue. A row that a taken unique_key kept out notifies nobody.
+NOTIFY_RETURNING = f", pg_notify('{NOTIFY_CHANNEL}', queue)"
+# Each queue of a batch woken once; like every notification, sent on commit, dropped on rollback.
+NOTIFY_QUEUES = "SELECT count(pg_notify(%s, queue)) FROM unnest(%s::text[]) AS queue"
+
+
+def marks(values: Sequence[Any]) -> str:
+    """``%s`` placeholders, one per value, comma-separated."""
+    return ", ".join(["%s"] * len(values))
+
+
+def notify_queues(using: str, queues: Sequence[str]) -> None:
+    """Wake the workers of ``queues`` when this transaction commits, where the engine can."""
+    cursor, engine = cursor_and_engine(using)
+    if not engine.supports_listen_notify or not queues:
+        return
+    cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(set(queues))])

@@ -1,0 +1,111 @@
+"""Upkeep: expired claims handed back or buried, finished jobs pruned.
+
+Run on a timer by every worker (``worker/ticker.py``); each statement passes
+over rows another transaction holds, so tickers never wait on each other.
+"""
+
+from __future__ import annotations
+
+from django.db import connections
+
+from ..engines import Engine, engine_for
+from .dead_letters import move_to_dead_letters
+from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine
+
+
+def _expired_error_sql() -> str:
+    """SQL text for an expired claim's error, built from the row itself.
+
+    The owner is blamed for stopping only if its worker row is gone or fell
+    silent before the claim's deadline. A row that beat after the deadline is a
+    worker that outlived the claim: a dead worker's last beat always comes
+    before the deadline, which every beat pushes past it.
+    """
+    alive = (
+        f"EXISTS (SELECT 1 FROM {WORKER} WHERE {WORKER}.worker_id = {JOB}.locked_by "
+        f"AND {WORKER}.last_heartbeat > {JOB}.locked_until)"
+    )
+    attempt = f"' attempt ' || {JOB}.attempts"
+    return (
+        f"CASE WHEN {alive} THEN 'claim expired: worker ' || {JOB}.locked_by || ' outlived its claim on' "
+        f"|| {attempt} || ' without finishing it (it could not renew the claim or record the outcome)' "
+        f"ELSE 'claim expired: worker ' || COALESCE({JOB}.locked_by, '?') || ' stopped without finishing' "
+        f"|| {attempt} || ' (killed, hung or cut off from the database)' END"
+    )
+
+
+def tick_timeouts(using: str) -> int:
+    """Handle every expired claim: running -> ready, or -> dead letter if its attempts are spent.
+
+    Return how many claims were handled. Safe to run from many workers at once:
+    each expired row is handled by exactly one of them.
+    """
+    handled = 0
+    while True:
+        moved = _bury_expired(using)
+        rescued = _rescue_expired(using)
+        handled += moved + rescued
+        if moved < TICK_BATCH and rescued < TICK_BATCH:
+            return handled
+
+
+def _expired(engine: Engine) -> str:
+    return f"status = 'running' AND locked_until < {engine.now}"
+
+
+# In both statements below, SKIP LOCKED is the guard: the subquery locks each
+# row it picks after re-checking ``where`` on the row's newest version, so the
+# outer statement acts on rows nobody can change meanwhile, and a row that
+# another transaction holds (an ack committing) is passed over, not waited on.
+
+
+def _bury_expired(using: str) -> int:
+    engine = engine_for(connections[using])
+    where = f"{_expired(engine)} AND attempts >= max_attempts"
+    return move_to_dead_letters(
+        using,
+        _expired_error_sql(),
+        # The expiry itself has no traceback; an earlier attempt's is worth keeping, labelled.
+        "CASE WHEN last_traceback = '' THEN '' "
+        "ELSE 'Traceback of an earlier attempt (' || last_error || '):\n' || last_traceback END",
+        f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked})",
+        "",
+        [],
+    )
+
+
+def _rescue_expired(using: str) -> int:
+    cursor, engine = cursor_and_engine(using)
+    where = f"{_expired(engine)} AND attempts < max_attempts"
+    cursor.execute(
+        f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql()}, "
+        "locked_by = NULL, locked_until = NULL "
+        f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked})",
+        [],
+    )
+    return cursor.rowcount
+
+
+def prune(using: str, older_than: float, batch: int = 5000) -> int:
+    """Delete done and cancelled jobs finished more than ``older_than`` seconds ago.
+
+    A job that another transaction is changing (an operator's *retry now*
+    making it live again) is left alone, without waiting for it; if it is
+    still finished, a later prune deletes it.
+    """
+    cursor, engine = cursor_and_engine(using)
+    finished = f"status IN ('done', 'cancelled') AND finished_at < {engine.now_minus('%s')}"
+    deleted = 0
+    while True:
+        # PostgreSQL re-checks a row changed meanwhile against the outer WHERE
+        # only, never the subquery's: SKIP LOCKED passes over a row that another
+        # transaction holds, and the guard repeated outside keeps a row made live
+        # from being deleted. SKIP LOCKED also keeps tickers from waiting on each other.
+        cursor.execute(
+            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} WHERE {finished} "
+            f"LIMIT %s {engine.skip_locked}) AND {finished}",
+            [older_than, batch, older_than],
+        )
+        deleted += cursor.rowcount
+        if cursor.rowcount < batch:
+            return deleted

@@ -1,0 +1,70 @@
+"""Worker rows: a running worker registers, beats and unregisters; stale rows are pruned.
+
+A worker's row makes its id its own while it lives: claims are fenced by the bare id.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .tables import WORKER, cursor_and_engine
+
+
+def register_worker(
+    using: str,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    queues_json: str,
+    concurrency: int,
+    stale_after: float,
+) -> bool:
+    """Insert the row of a starting worker, or take over the row of an earlier one of that id.
+
+    An earlier row is taken over only when its heartbeat is older than
+    ``stale_after`` seconds, or when it is this very process's (same host and
+    pid: a retried registration, or a pid reused after a crash). Return False,
+    changing nothing, while another live worker holds the id: claims are fenced
+    by the bare id, so two live holders could complete each other's jobs.
+    """
+    cursor, engine = cursor_and_engine(using)
+    cursor.execute(
+        f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, started_at, last_heartbeat) "
+        f"VALUES (%s, %s, %s, %s, %s, {engine.now}, {engine.now}) "
+        "ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid, "
+        "queues = excluded.queues, concurrency = excluded.concurrency, "
+        "started_at = excluded.started_at, last_heartbeat = excluded.last_heartbeat "
+        f"WHERE {WORKER}.last_heartbeat < {engine.now_minus('%s')} "
+        f"OR ({WORKER}.hostname = excluded.hostname AND {WORKER}.pid = excluded.pid)",
+        [worker_id, hostname, pid, queues_json, concurrency, stale_after],
+    )
+    return cursor.rowcount == 1
+
+
+def live_worker(using: str, worker_id: str) -> tuple[str, int, datetime] | None:
+    """Return the ``(hostname, pid, last_heartbeat)`` of the row of ``worker_id``, or None."""
+    cursor, _ = cursor_and_engine(using)
+    cursor.execute(f"SELECT hostname, pid, last_heartbeat FROM {WORKER} WHERE worker_id = %s", [worker_id])
+    row = cursor.fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def beat_worker(using: str, worker_id: str) -> bool:
+    """Set a worker's heartbeat to now; False if its row is gone (pruned as stale)."""
+    cursor, engine = cursor_and_engine(using)
+    cursor.execute(f"UPDATE {WORKER} SET last_heartbeat = {engine.now} WHERE worker_id = %s", [worker_id])
+    return cursor.rowcount == 1
+
+
+def unregister_worker(using: str, worker_id: str) -> bool:
+    """Delete a stopping worker's row; False if it was already gone."""
+    cursor, _ = cursor_and_engine(using)
+    cursor.execute(f"DELETE FROM {WORKER} WHERE worker_id = %s", [worker_id])
+    return cursor.rowcount == 1
+
+
+def prune_workers(using: str, older_than: float) -> int:
+    """Delete the rows of workers whose last heartbeat is more than ``older_than`` seconds old."""
+    cursor, engine = cursor_and_engine(using)
+    cursor.execute(f"DELETE FROM {WORKER} WHERE last_heartbeat < {engine.now_minus('%s')}", [older_than])
+    return cursor.rowcount
