@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_jobqueue.models import Job
 from django_jobqueue.queue import internals, validation
-from django_jobqueue.queue.native import bound_cursor, fetchall
+from django_jobqueue.queue.native import bound_cursor, fetch_rows
 from django_jobqueue.queue.rows import JOB_FIELDS, jobs_from_values, loaded_job
 
 
@@ -217,7 +217,7 @@ def test_the_bound_cursor_shares_djangos_session_and_transaction(pg_cursor):
     with transaction.atomic(), connection.cursor() as django_cursor:
         django_cursor.execute("SELECT pg_backend_pid(), txid_current()")
         pg_cursor.execute("SELECT pg_backend_pid(), txid_current()")
-        assert fetchall(connection, pg_cursor) == [django_cursor.fetchone()], changed(
+        assert fetch_rows(connection, pg_cursor) == [django_cursor.fetchone()], changed(
             "BaseDatabaseWrapper.connection", "the queue's statements run outside Django's transaction"
         )
 
@@ -276,7 +276,7 @@ def test_django_leaves_preparing_to_whoever_asks(pg_cursor):
 
 def test_psycopg_reads_timestamps_in_the_orms_time_zone(pg_cursor):
     pg_cursor.execute("SELECT now()")
-    [(now,)] = fetchall(connection, pg_cursor)
+    [(now,)] = fetch_rows(connection, pg_cursor)
     assert now.tzinfo == connection.timezone, changed(
         "psycopg's timestamptz loader or BaseDatabaseWrapper.timezone",
         "every claimed row's timestamps are converted again (correct, but slower)",
