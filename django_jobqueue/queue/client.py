@@ -207,11 +207,13 @@ class QueueClient:
         attempts, max_attempts = counts
         if attempts >= max_attempts:
             return ops.bury(self.using, fence, error, traceback)
-        if delay is None:
-            seconds = backoff_delay(attempts, jobqueue_settings.BACKOFF_BASE, jobqueue_settings.BACKOFF_MAX)
-        else:
-            seconds = to_seconds(delay, "delay")
+        seconds = self.backoff(attempts) if delay is None else to_seconds(delay, "delay")
         return ops.retry_later(self.using, fence, seconds, error, traceback)
+
+    @staticmethod
+    def backoff(attempts: int) -> float:
+        """The delay before the next attempt of a job that failed its ``attempts``-th, under the settings."""
+        return backoff_delay(attempts, jobqueue_settings.BACKOFF_BASE, jobqueue_settings.BACKOFF_MAX)
 
     def fail(self, job: JobRef, *, worker_id: str, error: str = "", traceback: str = "") -> bool:
         """running -> dead letter now; False if this claim is no longer current."""

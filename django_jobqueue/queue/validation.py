@@ -75,9 +75,11 @@ def check_name(name: object) -> str:
 
 def _check_visible(text: str, what: str) -> None:
     """Raise ``ValueError`` naming the first character of ``text`` that cannot be seen or stored."""
-    _check_encodable(text, what)
     for position, char in enumerate(text):
-        if unicodedata.category(char) in _INVISIBLE_CATEGORIES:
+        category = unicodedata.category(char)
+        if category == "Cs":
+            raise _lone_surrogate(text, what, char, position)
+        if category in _INVISIBLE_CATEGORIES:
             label = unicodedata.name(char, "control character")
             raise ValueError(
                 f"{what} {text!r} holds the invisible character U+{ord(char):04X} ({label}) "
@@ -193,10 +195,14 @@ def _check_encodable(text: str, what: str) -> None:
     """Raise ``ValueError`` if ``text`` holds a lone surrogate, which no database can store."""
     for position, char in enumerate(text):
         if unicodedata.category(char) == "Cs":
-            raise ValueError(
-                f"{what} {text!r} holds a lone surrogate (U+{ord(char):04X}) at position {position}, "
-                "which is not valid Unicode and cannot be stored"
-            )
+            raise _lone_surrogate(text, what, char, position)
+
+
+def _lone_surrogate(text: str, what: str, char: str, position: int) -> ValueError:
+    return ValueError(
+        f"{what} {text!r} holds a lone surrogate (U+{ord(char):04X}) at position {position}, "
+        "which is not valid Unicode and cannot be stored"
+    )
 
 
 def check_worker_id(worker_id: object) -> str:

@@ -76,11 +76,9 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 from .. import registry
-from ..conf import jobqueue_settings
 from ..exceptions import Fail, Retry, UnknownJobError
 from ..models import Job
 from ..queue import QueueClient
-from ..queue.backoff import backoff_delay
 from ..queue.validation import encode_result, to_seconds
 from .completer import Answer, Completer, Report
 from .context import JobContext
@@ -349,15 +347,11 @@ class Executor:
             return func(JobContext(job, self.worker_id, self.client), **job.payload)
         return func(**job.payload)
 
-    @staticmethod
-    def _with_backoff(job: Job, verdict: Verdict) -> Verdict:
+    def _with_backoff(self, job: Job, verdict: Verdict) -> Verdict:
         """Fix a retry's backoff here rather than in ``nack``, so that its line can say when it is due."""
         if verdict.action is not Action.NACK or verdict.delay is not None or job.attempts >= job.max_attempts:
             return verdict
-        settings = jobqueue_settings
-        return replace(
-            verdict, delay=backoff_delay(job.attempts, settings.BACKOFF_BASE, settings.BACKOFF_MAX)
-        )
+        return replace(verdict, delay=self.client.backoff(job.attempts))
 
     def _record(self, job: Job, verdict: Verdict, duration: float, queried: bool, wait: bool) -> Outcome:
         """Tell the queue ``verdict``; return the outcome, ``UNRECORDED`` if the database failed."""
@@ -378,7 +372,8 @@ class Executor:
             )
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            self._log_unrecorded(job, exc)
+            # Under runworker the slot sits out and writes it again once it can connect.
+            self._log_unrecorded(job, exc, retried=self.shortage is not None)
             return Outcome.UNRECORDED
         if not nacked:
             return Outcome.LOST
@@ -420,13 +415,16 @@ class Executor:
 
         return report
 
-    def _log_unrecorded(self, job: Job, exc: BaseException) -> None:
+    def _log_unrecorded(self, job: Job, exc: BaseException, *, retried: bool = False) -> None:
         logger.error(
-            "job %s id=%s: could not record its outcome (%s: %s); it is run again when its claim expires",
+            "job %s id=%s: could not record its outcome (%s: %s); %s",
             job.name,
             job.pk,
             type(exc).__name__,
             str(exc).strip(),
+            "written again once the slot reaches the database"
+            if retried
+            else "it is run again when its claim expires",
         )
 
     def _log(
