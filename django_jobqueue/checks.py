@@ -9,12 +9,14 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import DEFAULTS, jobqueue_settings
+from .loader import load_job_modules
 from .queue.validation import (
     check_max_attempts,
     check_poll_interval,
     check_queue,
     check_visibility_timeout,
 )
+from .schedules import schedule_problems
 
 
 def _number(value: Any, minimum: float, *, strict: bool) -> bool:
@@ -98,8 +100,24 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
                 id="django_jobqueue.E008",
             )
         )
+    errors.extend(_schedule_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
+        )
+    return errors
+
+
+def _schedule_errors() -> list[CheckMessage]:
+    """One error per bad schedule, naming it; ``runworker`` refuses to start on any."""
+    # The @job(cron=/every=) shorthands are in the registry once the job modules are loaded.
+    load_job_modules()
+    errors: list[CheckMessage] = [
+        Error(problem, hint="See docs/schedules.md.", id="django_jobqueue.E011")
+        for problem in schedule_problems()
+    ]
+    if not _number(jobqueue_settings.SCHEDULE_GRACE, 0, strict=False):
+        errors.append(
+            Error("JOBQUEUE['SCHEDULE_GRACE'] must be 0 or more seconds.", id="django_jobqueue.E012")
         )
     return errors

@@ -28,6 +28,11 @@ DEFAULTS: dict[str, Any] = {
     "REDACT_PAYLOAD_KEYS": [],
     # PostgreSQL: the per-job statements (enqueue, claim, ack) prepared, planned once per connection.
     "PREPARED_STATEMENTS": True,
+    # Periodic jobs: name -> {"job", "cron" | "every", ...} (schedules.py, docs/schedules.md).
+    "SCHEDULES": {},
+    # Seconds a fire time may be late and still count as on time rather than
+    # missed during downtime (which catch_up then decides).
+    "SCHEDULE_GRACE": 60.0,
 }
 
 
@@ -47,6 +52,8 @@ class JobQueueSettings:
     TASK_MODULES: list[str]
     REDACT_PAYLOAD_KEYS: list[str]
     PREPARED_STATEMENTS: bool
+    SCHEDULES: dict[str, Any]
+    SCHEDULE_GRACE: float
 
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "JOBQUEUE", None) or {}

@@ -87,6 +87,8 @@ def job(
     visibility_timeout: timedelta | float | None = None,
     takes_context: bool = False,
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
+    cron: str | None = None,
+    every: timedelta | int | None = None,
 ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
 
@@ -101,6 +103,8 @@ def job(
     visibility_timeout: timedelta | float | None = None,
     takes_context: bool = False,
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
+    cron: str | None = None,
+    every: timedelta | int | None = None,
 ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
     """Register a function as a job, named ``"<module>.<qualname>"`` unless ``name`` is given.
 
@@ -110,7 +114,14 @@ def job(
     does, instead of retrying it. Raise ``ValueError`` for a bad option or a
     name taken by another function, ``TypeError`` for a ``fail_on`` that is not
     exception classes.
+
+    ``cron`` (five fields, in ``TIME_ZONE``) or ``every`` (seconds) also
+    declares a schedule named after the job, with an empty payload; the
+    system checks report a bad one (docs/schedules.md).
     """
+    if cron is not None and every is not None:
+        raise ValueError("give @job either cron or every, not both")
+    schedule = {"cron": cron} if cron is not None else {"every": every} if every is not None else None
 
     def decorate(function: Callable[..., Any]) -> JobFunction:
         spec = registry.JobSpec(
@@ -124,6 +135,7 @@ def job(
             ),
             takes_context=bool(takes_context),
             fail_on=check_fail_on(fail_on),
+            schedule=schedule,
         )
         registry.register(spec)
         return JobFunction(spec)

@@ -167,3 +167,34 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class Schedule(models.Model):
+    """What the fleet has fired of one declared schedule (``JOBQUEUE["SCHEDULES"]``, ``@job(cron=...)``).
+
+    The declaration lives in code; this row is the fleet's shared memory of it.
+    ``handled_through`` is the guarantee: every fire time up to it has been
+    enqueued (or skipped by ``catch_up``), and a worker moves it forward only
+    from the value it read, in the transaction that inserts the jobs. Written
+    only by ``queue/ops/schedules.py``.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    job = models.CharField(max_length=200)
+    # The declaration as the workers that last synced it read it, and its digest:
+    # a worker fires only while its own copy matches (a rolling deploy).
+    definition = models.JSONField(default=dict)
+    signature = models.CharField(max_length=64)
+    handled_through = models.DateTimeField(help_text="every fire time up to here is handled")
+    last_fire_at = models.DateTimeField(null=True, blank=True, help_text="the newest fire time enqueued")
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -31,6 +31,9 @@ class JobSpec:
     visibility_timeout: float | None = None
     takes_context: bool = False
     fail_on: tuple[type[BaseException], ...] = ()
+    # @job(cron=...) / @job(every=...): {"cron": ...} or {"every": ...}, a
+    # schedule named after the job with an empty payload (schedules.py).
+    schedule: dict[str, Any] | None = None
 
     @cached_property
     def call_shape(self) -> CallShape | None:
@@ -151,6 +154,11 @@ def lookup(name: str) -> JobSpec | None:
 
 def registered_names() -> list[str]:
     return sorted(_specs)
+
+
+def specs() -> list[JobSpec]:
+    """Every registered spec, by name."""
+    return [_specs[name] for name in sorted(_specs)]
 
 
 def _origin(func: Callable[..., Any]) -> str:

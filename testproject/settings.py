@@ -95,6 +95,9 @@ JOBQUEUE = {
     "MAX_ATTEMPTS": env.int("JOBQUEUE_MAX_ATTEMPTS", default=5),
     "BACKOFF_BASE": env.float("JOBQUEUE_BACKOFF_BASE", default=1.0),
     "BACKOFF_MAX": env.float("JOBQUEUE_BACKOFF_MAX", default=3600.0),
+    # Periodic jobs (docs/schedules.md), as JSON; the tests' workers get theirs here.
+    "SCHEDULES": env.json("JOBQUEUE_SCHEDULES", default={}),
+    "SCHEDULE_GRACE": env.float("JOBQUEUE_SCHEDULE_GRACE", default=60.0),
 }
 
 # Django's Tasks framework runs on the queue: django.tasks on Django 6, the

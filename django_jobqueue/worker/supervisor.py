@@ -37,12 +37,14 @@ from django.db import connections
 from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
+from ..schedules import declared_schedules
 from .completer import Completer, PendingAck
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage, Shortage
 from .outcomes import Outcome
 from .running import RunningJobs
+from .scheduler import Scheduler
 from .shares import QueueShares
 from .signals import StopSignals
 from .ticker import WORKER_STALE_AFTER, Ticker, tick_interval
@@ -73,6 +75,7 @@ class WorkerConfig:
     poll_interval: float = 1.0
     shutdown_timeout: float = 25.0
     default_visibility_timeout: float = 30.0  # paces the ticker when no override is given
+    fire_schedules: bool = True  # run the scheduler (never in a burst)
 
 
 class Supervisor:
@@ -98,6 +101,9 @@ class Supervisor:
             tick_interval(config.visibility_timeout or config.default_visibility_timeout),
             self.wakeup.wake,
         )
+        # Periodic jobs: every worker fires them, unless told not to; a burst worker never does.
+        fires = config.fire_schedules and not config.burst
+        self.scheduler = Scheduler(config.using, declared_schedules(), self.wakeup.wake) if fires else None
         self.stop_reason: str | None = None
         # After run(): True if every thread finished, False if job threads were
         # abandoned at the shutdown timeout, None if the claiming loop crashed.
@@ -184,10 +190,12 @@ class Supervisor:
         self.completer.reporter.start()
         self.heartbeat.start()
         self.ticker.start()
+        if self.scheduler is not None:
+            self.scheduler.start()
         self.wakeup.start()
         settings = connections[self.config.using].settings_dict
         logger.info(
-            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s%s%s",
+            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s schedules=%s%s%s",
             self.config.worker_id,
             ",".join(f"{name}:{weight}" for name, weight in self.config.queues) or "*",
             self.config.concurrency,
@@ -195,6 +203,7 @@ class Supervisor:
             connections[self.config.using].vendor,
             settings.get("NAME"),
             self.wakeup.method,
+            len(self.scheduler.schedules) if self.scheduler is not None else "off",
             " burst" if self.config.burst else "",
             f" max-jobs={self.config.max_jobs}" if self.config.max_jobs else "",
         )
@@ -296,6 +305,8 @@ class Supervisor:
 
     def _drain(self) -> bool:
         self.wakeup.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         # --burst / --max-jobs: let every claimed job finish, unless a signal cuts it short.
         while not self._signalled.is_set() and not self.running.wait_empty(timeout=0.2):
             pass

@@ -123,6 +123,12 @@ class Command(BaseCommand):
             "--burst", action="store_true", help="Exit once no job is due now and none is running."
         )
         parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Fire no periodic jobs (JOBQUEUE['SCHEDULES'], @job(cron=/every=)); other workers do. "
+            "A --burst worker never fires them.",
+        )
+        parser.add_argument(
             "--max-jobs", type=positive_int, help="Exit after claiming this many jobs, once they finish."
         )
         parser.add_argument(
@@ -195,4 +201,5 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"] or float(jobqueue_settings.POLL_INTERVAL),
             shutdown_timeout=options["shutdown_timeout"],
             default_visibility_timeout=float(jobqueue_settings.VISIBILITY_TIMEOUT),
+            fire_schedules=not options["no_schedules"],
         )

@@ -1,0 +1,228 @@
+"""``ScheduleBook``: the declared schedules against their rows, on one database.
+
+The worker's scheduler calls ``sync`` once at start and ``fire_due`` on its
+timer; the admin and ``manage.py jobqueue schedules`` read ``states`` and
+call ``pause``, ``resume`` and ``run_now``. Each fire is one transaction: the
+row's ``handled_through`` moves from the value read (``ops.advance``) and the
+jobs for the fire times in between are inserted, or neither happens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+
+from ..conf import jobqueue_settings
+from ..models import Job, Schedule
+from .client import QueueClient
+from .ops import schedules as ops
+from .timetable import FirePlan, plan_fires
+from .timetable import Schedule as Declared
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One schedule fired: its fire times, the jobs enqueued for them, the missed ones skipped."""
+
+    schedule: str
+    fire_times: tuple[datetime, ...]
+    job_ids: tuple[int, ...]
+    skipped: int
+    through: datetime  # every fire time up to here is now handled
+    error: str | None = None  # why its jobs could not be enqueued (nothing was written)
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """A declared schedule as pages show it (times aware, UTC)."""
+
+    schedule: Declared
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    last_job_id: int | None
+    paused: bool
+    row_id: int | None  # None until a worker or the admin has synced it
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.schedule.name,
+            "job": self.schedule.job,
+            "cron": self.schedule.cron,
+            "every": self.schedule.every,
+            "timezone": self.schedule.timezone,
+            "catch_up": self.schedule.catch_up,
+            "queue": self.schedule.queue,
+            "priority": self.schedule.priority,
+            "payload": self.schedule.payload,
+            "next_fire_at": _iso(self.next_fire_at),
+            "last_fire_at": _iso(self.last_fire_at),
+            "last_job_id": self.last_job_id,
+            "paused": self.paused,
+        }
+
+
+class ScheduleBook:
+    """The schedules of the queue on database ``using``."""
+
+    def __init__(self, using: str | None = None) -> None:
+        self.client = QueueClient(using)
+        self.using = self.client.using
+
+    def now(self) -> datetime:
+        """The database's clock (aware, UTC)."""
+        return ops.database_now(self.using)
+
+    def sync(self, schedules: Sequence[Declared], now: datetime | None = None) -> None:
+        """Make the rows match the declarations.
+
+        A new schedule gets a row and starts from now; a changed one has its
+        declaration replaced, and starts again from now if its fire times
+        changed (cron, every or time zone); a removed one loses its row.
+        """
+        now = now or self.now()
+        with transaction.atomic(using=self.using):
+            rows = ops.schedule_rows(self.using)
+            ops.add_schedules(self.using, [_entry(s) for s in schedules if s.name not in rows], now)
+            for schedule in schedules:
+                row = rows.get(schedule.name)
+                if row is not None and row.signature != schedule.signature:
+                    restart = _timing(row.definition) != schedule.timing
+                    if ops.redefine_schedule(self.using, _entry(schedule), now, restart=restart):
+                        logger.info(
+                            "schedule %s changed: %s%s",
+                            schedule.name,
+                            schedule.when,
+                            "; starting again from now" if restart else "",
+                        )
+            forgotten = ops.forget_schedules(self.using, [s.name for s in schedules])
+            if forgotten:
+                logger.info("forgot %s schedule(s) no longer declared", forgotten)
+
+    def fire_due(self, schedules: Sequence[Declared], now: datetime | None = None) -> list[Fired]:
+        """Enqueue the jobs of every fire time that came and no worker has handled yet.
+
+        ``now`` defaults to the database's clock. Safe on any number of workers
+        at once: each fire time is enqueued by exactly one call.
+        """
+        now = now or self.now()
+        grace = float(jobqueue_settings.SCHEDULE_GRACE)
+        rows = ops.schedule_rows(self.using, [s.name for s in schedules])
+        fired = []
+        for schedule in schedules:
+            row = rows.get(schedule.name)
+            if row is None or row.paused or row.signature != schedule.signature:
+                continue
+            seen = ops.as_utc(row.handled_through)
+            assert seen is not None
+            plan = plan_fires(schedule, seen, now, grace)
+            if plan is None:
+                next_fire = schedule.next_after(now)
+                if ops.as_utc(row.next_fire_at) != next_fire:
+                    ops.note_next_fire(self.using, schedule.name, schedule.signature, next_fire)
+                continue
+            try:
+                result = self._fire(schedule, seen, plan, now)
+            except ValueError as exc:
+                # Its declaration passed the system checks, so the job's code
+                # changed under it; nothing was written, and the next call tries again.
+                result = Fired(schedule.name, plan.fire_times, (), 0, seen, error=str(exc))
+            if result is not None:
+                fired.append(result)
+        return fired
+
+    def _fire(self, schedule: Declared, seen: datetime, plan: FirePlan, now: datetime) -> Fired | None:
+        last = plan.fire_times[-1] if plan.fire_times else None
+        with transaction.atomic(using=self.using):
+            moved = ops.advance(
+                self.using,
+                schedule.name,
+                schedule.signature,
+                seen,
+                plan.through,
+                last,
+                schedule.next_after(now),
+                now,
+            )
+            if not moved:
+                return None  # another worker fired it, or it was paused or redefined meanwhile
+            jobs = self.client.push_many(_job_items(schedule, plan.fire_times))
+            if jobs:
+                ops.note_fired_job(self.using, schedule.name, jobs[-1].pk)
+        return Fired(schedule.name, plan.fire_times, tuple(job.pk for job in jobs), plan.missed, plan.through)
+
+    def states(self, schedules: Sequence[Declared], now: datetime | None = None) -> list[ScheduleState]:
+        """Each declared schedule with its row's state; reads only."""
+        now = now or self.now()
+        rows = ops.schedule_rows(self.using, [s.name for s in schedules])
+        states = []
+        for schedule in schedules:
+            row = rows.get(schedule.name)
+            current = row is not None and row.signature == schedule.signature
+            states.append(
+                ScheduleState(
+                    schedule=schedule,
+                    next_fire_at=schedule.next_after(now),
+                    last_fire_at=ops.as_utc(row.last_fire_at) if row is not None else None,
+                    last_job_id=row.last_job_id if row is not None else None,
+                    paused=bool(row is not None and row.paused and current),
+                    row_id=row.pk if row is not None else None,
+                )
+            )
+        return states
+
+    def pause(self, names: Iterable[str]) -> list[str]:
+        """Stop firing these schedules until resumed; return those that were running."""
+        with transaction.atomic(using=self.using):
+            return ops.set_paused(self.using, names, True, self.now())
+
+    def resume(self, names: Iterable[str]) -> list[str]:
+        """Fire these schedules again from now (what came while paused is skipped); return those resumed."""
+        with transaction.atomic(using=self.using):
+            return ops.set_paused(self.using, names, False, self.now())
+
+    def run_now(self, schedule: Declared) -> Job:
+        """Enqueue one job of ``schedule`` to run now, besides its fire times; return it."""
+        return self.client.push(schedule.job, schedule.payload, **_options(schedule))
+
+    def rows(self) -> dict[str, Schedule]:
+        return ops.schedule_rows(self.using)
+
+
+def _entry(schedule: Declared) -> dict[str, object]:
+    return {
+        "name": schedule.name,
+        "job": schedule.job,
+        "definition": schedule.definition(),
+        "signature": schedule.signature,
+    }
+
+
+def _timing(definition: dict[str, object]) -> str:
+    return f"{definition.get('cron')}|{definition.get('every')}|{definition.get('timezone')}"
+
+
+def _options(schedule: Declared) -> dict[str, object]:
+    options: dict[str, object] = {}
+    if schedule.queue is not None:
+        options["queue"] = schedule.queue
+    if schedule.priority is not None:
+        options["priority"] = schedule.priority
+    return options
+
+
+def _job_items(schedule: Declared, fire_times: Sequence[datetime]) -> list[tuple[str, dict, dict]]:
+    options = _options(schedule)
+    return [
+        (schedule.job, dict(schedule.payload), {**options, "run_at": ops.as_stored(fire_time)})
+        for fire_time in fire_times
+    ]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None

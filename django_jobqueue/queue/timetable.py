@@ -1,0 +1,188 @@
+"""Fire times: when a schedule fires, and which of its fire times a moment owes.
+
+Pure computation, no database: ``queue/schedules.py`` decides from these which
+fire times to enqueue, and ``django_jobqueue/schedules.py`` builds ``Schedule``
+values from the declarations.
+
+Fire times are UTC instants. ``every`` fires at the multiples of ``every``
+seconds since the Unix epoch, so every worker computes the same ones. ``cron``
+fires on the wall clock of the schedule's time zone, parsed by ``cronsim``
+(Debian cron's rules for DST): a wall-clock time that a DST change skips fires
+at the first minute after the gap, and one that occurs twice fires once, at its
+first occurrence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim
+
+# catch_up="all" enqueues at most this many missed fire times (the most recent
+# ones): a worker fleet down for a month must not come back to 40,000 jobs of
+# an every-minute schedule.
+MAX_CATCH_UP = 100
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One declared schedule: which job to enqueue, and when.
+
+    ``queue`` and ``priority`` of None leave the job's own ``@job`` defaults
+    (or the settings') in force.
+    """
+
+    name: str
+    job: str
+    cron: str | None = None
+    every: int | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    priority: int | None = None
+    timezone: str = "UTC"
+    catch_up: str = "latest"
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def when(self) -> str:
+        """``cron 0 3 * * * (Europe/Amsterdam)`` or ``every 30 s``: for logs and pages."""
+        if self.every is not None:
+            return f"every {self.every} s"
+        return f"cron {self.cron} ({self.timezone})"
+
+    def definition(self) -> dict[str, Any]:
+        """Everything that decides what is enqueued and when, as stored on the schedule's row."""
+        return {
+            "job": self.job,
+            "cron": self.cron,
+            "every": self.every,
+            "payload": self.payload,
+            "queue": self.queue,
+            "priority": self.priority,
+            "timezone": self.timezone,
+            "catch_up": self.catch_up,
+        }
+
+    @property
+    def signature(self) -> str:
+        """A digest of ``definition()``: workers fire a schedule only while their copy matches the row's."""
+        text = json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @property
+    def timing(self) -> str:
+        """What sets the fire times; when it changes, the schedule starts again from now."""
+        return f"{self.cron}|{self.every}|{self.timezone}"
+
+    # -- fire times --------------------------------------------------------------
+
+    def next_after(self, moment: datetime) -> datetime:
+        """The first fire time strictly after ``moment`` (UTC)."""
+        return next(self._forward(moment))
+
+    def latest_until(self, moment: datetime) -> datetime | None:
+        """The last fire time at or before ``moment`` (UTC), or None before the epoch."""
+        return next(self._backward(moment), None)
+
+    def backward(self, moment: datetime) -> Iterator[datetime]:
+        """Fire times at or before ``moment``, newest first."""
+        return self._backward(moment)
+
+    def _forward(self, moment: datetime) -> Iterator[datetime]:
+        moment = moment.astimezone(UTC)
+        if self.every is not None:
+            step = int((moment - EPOCH) // timedelta(seconds=self.every)) + 1
+            while True:
+                yield EPOCH + timedelta(seconds=step * self.every)
+                step += 1
+        assert self.cron is not None
+        for local in CronSim(self.cron, moment.astimezone(self.zone)):
+            if not local.fold:  # the second pass of a repeated hour: fired on the first
+                yield local.astimezone(UTC)
+
+    def _backward(self, moment: datetime) -> Iterator[datetime]:
+        moment = moment.astimezone(UTC)
+        if self.every is not None:
+            step = int((moment - EPOCH) // timedelta(seconds=self.every))
+            while step >= 0:
+                yield EPOCH + timedelta(seconds=step * self.every)
+                step -= 1
+            return
+        assert self.cron is not None
+        # cronsim looks strictly before its start: start a microsecond late so
+        # that `moment` itself counts.
+        start = (moment + timedelta(microseconds=1)).astimezone(self.zone)
+        for local in CronSim(self.cron, start, reverse=True):
+            if local < EPOCH:
+                return
+            if not local.fold:
+                yield local.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class FirePlan:
+    """What one schedule owes at a moment: the fire times to enqueue, and how far that settles it.
+
+    ``through`` is the newest fire time at or before the moment: once the plan
+    is carried out, every fire time up to it is handled (enqueued, or skipped
+    by ``catch_up``).
+    """
+
+    fire_times: tuple[datetime, ...]
+    through: datetime
+    missed: int  # fire times past the grace that catch_up dropped
+
+
+def plan_fires(schedule: Schedule, handled_through: datetime, now: datetime, grace: float) -> FirePlan | None:
+    """Decide which fire times in (``handled_through``, ``now``] to enqueue; None if none came.
+
+    A fire time no older than ``grace`` seconds is on time and always
+    enqueued: the scheduler merely woke late. Older ones were missed while no
+    worker fired: ``catch_up`` keeps the newest (``"latest"``), none
+    (``"none"``), or up to ``MAX_CATCH_UP`` of the newest (``"all"``).
+    """
+    on_time: list[datetime] = []
+    missed: list[datetime] = []
+    dropped = 0
+    through = None
+    late = now - timedelta(seconds=grace)
+    for fire_time in schedule.backward(now):
+        if fire_time <= handled_through:
+            break
+        through = through or fire_time
+        if fire_time > late:
+            on_time.append(fire_time)
+            if len(on_time) >= MAX_CATCH_UP:
+                break
+        elif _keep_missed(schedule.catch_up, len(missed)):
+            missed.append(fire_time)
+        elif schedule.every is not None:
+            # The rest are evenly spaced: count them instead of walking them.
+            dropped = math.ceil((fire_time - handled_through) / timedelta(seconds=schedule.every))
+            break
+        else:
+            dropped += 1
+            if dropped >= MAX_CATCH_UP:  # enough to report; the walk could be long
+                break
+    if through is None:
+        return None
+    return FirePlan(tuple(sorted(on_time + missed)), through, dropped)
+
+
+def _keep_missed(catch_up: str, kept: int) -> bool:
+    if catch_up == "latest":
+        return kept < 1
+    if catch_up == "all":
+        return kept < MAX_CATCH_UP
+    return False
