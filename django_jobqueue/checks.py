@@ -9,7 +9,6 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import DEFAULTS, jobqueue_settings
-from .loader import load_job_modules
 from .queue.validation import (
     check_max_attempts,
     check_poll_interval,
@@ -110,8 +109,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
 
 def _schedule_errors() -> list[CheckMessage]:
     """One error per bad schedule, naming it; ``runworker`` refuses to start on any."""
-    # The @job(cron=/every=) shorthands are in the registry once the job modules are loaded.
-    load_job_modules()
+    # The job modules (and their @job(cron=/every=) shorthands) were loaded when the app became ready.
     errors: list[CheckMessage] = [
         Error(problem, hint="See docs/schedules.md.", id="django_jobqueue.E011")
         for problem in schedule_problems()
