@@ -23,7 +23,7 @@ from django.db import connection
 from django_jobqueue import QueueClient
 from django_jobqueue.models import Job, Schedule
 from django_jobqueue.queue.schedules import ScheduleBook
-from tests.jobs_for_workers import events  # noqa: F401 - registers the jobs in this process too
+from tests.jobs_for_workers import events  # also registers the jobs in this process
 from tests.worker_support import WorkerProcess, wait_until
 
 SECOND = timedelta(seconds=1)
@@ -240,16 +240,19 @@ def test_burst_and_no_schedules_workers_fire_nothing(queue, start_worker, events
     env = schedules_env({"tick": every(1, events_path, "tick")})
     # A job that keeps the burst worker up across a few fire times.
     queue.push("workers.record", {"path": events_path, "value": "long", "seconds": 2.5}, queue="long")
-    burst = start_worker("--burst", "--queue", "long", env=env)
-    quiet = start_worker("--no-schedules", "--worker-id", "quiet", *POLL, env=env)
+    burst = start_worker("--burst", "--queue", "long", "--worker-id", "burst", env=env)
+    # It runs the jobs of the schedule's queue, but fires none.
+    quiet = start_worker("--no-schedules", "--queue", "default", "--worker-id", "quiet", *POLL, env=env)
     quiet.wait_started(30)
 
     assert burst.wait(30) == 0, burst.log()
     assert quiet.proc.poll() is None
+    ran = [(e["event"], e["worker"]) for e in events(events_path) if e["value"] == "long"]
+    assert ran == [("start", "burst"), ("end", "burst")], "the burst worker was up for 2.5 s"
+    assert not jobs_of("tick"), "nothing fired"
+    assert not Schedule.objects.exists(), "neither worker even made the rows"
     assert "schedules=off burst" in burst.log()
     assert "schedules=off" in quiet.log()
-    assert jobs_of("long") and not jobs_of("tick"), "nothing fired"
-    assert not Schedule.objects.exists(), "neither worker even made the rows"
 
     firing = start_worker("--worker-id", "firing", *POLL, env=env)
     firing.wait_started(30)
