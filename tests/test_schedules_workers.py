@@ -82,6 +82,11 @@ def assert_once_each(times: Iterable[datetime]) -> list[datetime]:
     return listed
 
 
+def clock(times: Iterable[datetime]) -> list[str]:
+    """Fire times as HH:MM:SS, oldest first: for failure messages."""
+    return [t.strftime("%H:%M:%S") for t in sorted(times)]
+
+
 def fired_lines(workers: Sequence[WorkerProcess], name: str) -> list[str]:
     """The fire times the workers logged for schedule ``name`` (ISO), all of them."""
     return [
@@ -225,7 +230,9 @@ def test_downtime_is_caught_up_as_each_schedule_says(queue, start_worker, events
         if owed == got:
             break
     else:
-        pytest.fail(f"no first fire moment explains the jobs:\ngot {got}\nexpected one of {candidates}")
+        shown = [{name: clock(times) for name, times in owed.items()} for owed in candidates]
+        got_shown = {name: clock(times) for name, times in got.items()}
+        pytest.fail(f"no first fire moment explains the jobs:\ngot {got_shown}\nexpected one of {shown}")
     # The downtime really left missed fire times for catch_up to decide on.
     missed = seconds_in(handled[names["all"]], restarted_at - timedelta(seconds=GRACE))
     assert len(missed) >= 3
