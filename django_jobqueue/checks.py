@@ -84,7 +84,8 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
             )
         )
     modules = jobqueue_settings.MODULES
-    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+    modules_ok = isinstance(modules, list | tuple) and all(isinstance(m, str) for m in modules)
+    if not modules_ok:
         errors.append(Error("JOBQUEUE['MODULES'] must be a list of module paths.", id="django_jobqueue.E007"))
     task_modules = jobqueue_settings.TASK_MODULES
     if not isinstance(task_modules, list | tuple) or not all(isinstance(m, str) and m for m in task_modules):
@@ -100,7 +101,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
                 id="django_jobqueue.E008",
             )
         )
-    errors.extend(_schedule_errors())
+    errors.extend(_schedule_errors(load_modules=modules_ok))
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
@@ -108,14 +109,20 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     return errors
 
 
-def _schedule_errors() -> list[CheckMessage]:
-    """One error per bad schedule, naming it; ``runworker`` refuses to start on any."""
-    # The @job(cron=/every=) shorthands are in the registry once the job modules are loaded.
-    load_job_modules()
-    errors: list[CheckMessage] = [
-        Error(problem, hint="See docs/schedules.md.", id="django_jobqueue.E011")
-        for problem in schedule_problems()
-    ]
+def _schedule_errors(load_modules: bool) -> list[CheckMessage]:
+    """One error per bad schedule, naming it; ``runworker`` refuses to start on any.
+
+    Without ``load_modules`` (``MODULES`` is malformed: E007) the schedules are
+    not checked: their jobs are found by loading those modules.
+    """
+    errors: list[CheckMessage] = []
+    if load_modules:
+        # The @job(cron=/every=) shorthands are in the registry once the job modules are loaded.
+        load_job_modules()
+        errors.extend(
+            Error(problem, hint="See docs/schedules.md.", id="django_jobqueue.E011")
+            for problem in schedule_problems()
+        )
     if not _number(jobqueue_settings.SCHEDULE_GRACE, 0, strict=False):
         errors.append(
             Error("JOBQUEUE['SCHEDULE_GRACE'] must be 0 or more seconds.", id="django_jobqueue.E012")
