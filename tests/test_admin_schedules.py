@@ -177,7 +177,8 @@ def test_the_list_shows_next_and_last_fire_with_a_link_to_the_last_job(operator,
     # The job gone: the number stays, without a link.
     Job.objects.filter(pk=last_job).delete()
     page = text(operator.get(SCHEDULES_URL))
-    assert f"job #{last_job}</span>" in page and f">job #{last_job}</a>" not in page
+    assert f'title="no longer kept (pruned)">job #{last_job}</span>' in page
+    assert f">job #{last_job}</a>" not in page
 
 
 def test_the_list_reads_the_last_jobs_in_one_query(operator, queue, django_assert_max_num_queries):
@@ -222,6 +223,13 @@ def test_the_detail_page_shows_the_definition_with_the_payload_redacted(operator
     assert "<input" not in re.sub(
         r'<input type="(hidden|submit)"[^>]*>', "", page.split('id="content-main"')[1]
     ), "read-only"
+
+
+@pytest.mark.parametrize(("term", "found"), [("ping", ["ping"]), (REPORT, ["nightly-report"]), ("pin", [])])
+def test_search_finds_a_name_or_a_job_exactly(operator, term, found):
+    operator.get(SCHEDULES_URL)
+    response = operator.get(SCHEDULES_URL, {"q": term})
+    assert [r.name for r in response.context["cl"].result_list] == found
 
 
 def test_a_bad_declaration_is_said_and_the_page_still_answers(operator):
@@ -409,6 +417,9 @@ def test_change_permission_alone_acts_and_links_no_job(changer):
     token = token_in(text(changer.get(schedule_url(ping.pk))))
     response = changer.post(schedule_url(ping.pk, "run_now"), {"once": token})
     assert response.url == schedule_url(ping.pk), "no job page for a user who cannot see jobs"
+    Schedule.objects.filter(pk=ping.pk).update(last_job_id=made.pk, last_fire_at=made.run_at)
+    page = text(changer.get(SCHEDULES_URL))
+    assert f"job #{made.pk}" in page and f"/job/{made.pk}/" not in page
 
 
 def test_anonymous_is_sent_to_log_in(queue):

@@ -53,6 +53,7 @@ class RowState:
     current: bool  # the row holds this process's declaration (its signature)
     next_fire_at: datetime | None
     last_job_exists: bool
+    link_jobs: bool  # the user may open a job's page
 
     @property
     def shown(self) -> Declared | None:
@@ -70,7 +71,7 @@ def stored_declaration(row: Schedule) -> Declared | None:
     return stored
 
 
-def annotate(rows: Sequence[Schedule], declarations: Declarations, now: datetime) -> None:
+def annotate(rows: Sequence[Schedule], declarations: Declarations, now: datetime, *, link_jobs: bool) -> None:
     """Give each row its ``RowState``; one query for all their last jobs."""
     job_ids = {row.last_job_id for row in rows if row.last_job_id is not None}
     using = rows[0]._state.db if rows else None
@@ -93,6 +94,7 @@ def annotate(rows: Sequence[Schedule], declarations: Declarations, now: datetime
                 current=declared is not None and declared.signature == row.signature,
                 next_fire_at=None if row.paused or timing is None else timing.next_after(now),
                 last_job_exists=row.last_job_id in existing,
+                link_jobs=link_jobs,
             ),
         )
 
@@ -100,7 +102,7 @@ def annotate(rows: Sequence[Schedule], declarations: Declarations, now: datetime
 def state_of(row: Schedule) -> RowState:
     state = getattr(row, STATE_ATTRIBUTE, None)
     if state is None:  # a row the page did not annotate: read what it needs now
-        annotate([row], Declarations.read(), ScheduleBook(row._state.db).now())
+        annotate([row], Declarations.read(), ScheduleBook(row._state.db).now(), link_jobs=False)
         state = getattr(row, STATE_ATTRIBUTE)
     assert isinstance(state, RowState)
     return state

@@ -43,7 +43,7 @@ class ScheduleChangeList(ChangeList):
         super().get_results(request)
         rows = list(self.result_list)  # fills the queryset's cache, which the template reads
         using = self.queryset.db  # the queue's database (OperatorAdmin.get_queryset)
-        annotate(rows, Declarations.read(), ScheduleBook(using).now())
+        annotate(rows, Declarations.read(), ScheduleBook(using).now(), link_jobs=may_see_jobs(request))
 
 
 class ScheduleAdmin(OperatorAdmin):
@@ -79,12 +79,12 @@ class ScheduleAdmin(OperatorAdmin):
         return ScheduleChangeList
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        declarations = Declarations.read()
-        if declarations.problem is not None:
-            self.message_user(
-                request, f"The schedules cannot be read: {declarations.problem}", messages.ERROR
-            )
-        declarations.add_missing(self.book())
+        if request.method == "GET":  # an action's POST acts on rows there are, then redirects here
+            declarations = Declarations.read()
+            if declarations.problem is not None:
+                message = f"The schedules cannot be read: {declarations.problem}"
+                self.message_user(request, message, messages.ERROR)
+            declarations.add_missing(self.book())
         return super().changelist_view(request, extra_context)
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
@@ -93,7 +93,7 @@ class ScheduleAdmin(OperatorAdmin):
             return None
         row = super().get_object(request, object_id, from_field)
         if row is not None:
-            annotate([row], Declarations.read(), self.book().now())
+            annotate([row], Declarations.read(), self.book().now(), link_jobs=may_see_jobs(request))
         return row
 
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
@@ -154,15 +154,16 @@ class ScheduleAdmin(OperatorAdmin):
         shown = with_relative(row.last_fire_at)
         if row.last_job_id is None:
             return shown
-        link = f"job #{row.last_job_id}"
-        if state_of(row).last_job_exists:
-            url = reverse(
-                "admin:django_jobqueue_job_change", args=[row.last_job_id], current_app=self.admin_site.name
-            )
-            return format_html('{} · <a href="{}">{}</a>', shown, url, link)
-        return format_html(
-            '{} · <span class="jq-quiet" title="pruned or cancelled and gone">{}</span>', shown, link
+        link, state = f"job #{row.last_job_id}", state_of(row)
+        if not state.last_job_exists:
+            gone = '{} · <span class="jq-quiet" title="no longer kept (pruned)">{}</span>'
+            return format_html(gone, shown, link)
+        if not state.link_jobs:
+            return format_html("{} · {}", shown, link)
+        url = reverse(
+            "admin:django_jobqueue_job_change", args=[row.last_job_id], current_app=self.admin_site.name
         )
+        return format_html('{} · <a href="{}">{}</a>', shown, url, link)
 
     @admin.display(description="state")
     def state(self, row: Schedule) -> SafeString:
