@@ -8,7 +8,7 @@ that still exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -131,7 +131,3 @@ def state_pills(row: Schedule) -> SafeString:
             )
         )
     return format_html(" ".join(["{}"] * len(pills)), *pills)
-
-
-def names(rows: Iterable[Schedule]) -> list[str]:
-    return [row.name for row in rows]
