@@ -1,7 +1,8 @@
 """The admin in a real browser (Debian's chromium, driven by Playwright) against a live server.
 
-One story end to end: log in, open the dead letters, open one, retry it, and
-see it back on its queue. A second test renders the main pages with realistic
+Two stories end to end: log in, open the dead letters, open one, retry it, and
+see it back on its queue; open the schedules, pause one, run one now, and see
+its job. A second test renders the main pages with realistic
 data and saves screenshots: to a temporary directory, or to the docs with
 ``JOBQUEUE_SCREENSHOTS=docs/img``.
 """
@@ -17,10 +18,12 @@ from typing import Any
 
 import pytest
 from django.db.models import F
+from django.test import override_settings
 from django.utils import timezone
 
-from django_jobqueue import QueueClient
-from django_jobqueue.models import DeadLetter, Job, Worker
+from django_jobqueue import QueueClient, registry
+from django_jobqueue import job as job_function
+from django_jobqueue.models import DeadLetter, Job, Schedule, Worker
 
 # Playwright's sync API runs an event loop in this thread; the test's own ORM
 # calls are ordinary synchronous code all the same.
@@ -151,6 +154,77 @@ def test_retry_a_dead_letter_from_the_browser(page, live_server, queue, operator
     assert listed.count() == 1 and str(job.pk) in listed.first.inner_text()
     assert (job.status, job.queue, job.attempts, job.payload["phone"]) == ("ready", "sms", 0, "+31612345678")
     assert not DeadLetter.objects.exists()
+
+
+@pytest.fixture
+def schedules(unregistered: Any) -> Iterator[None]:
+    """Two schedules of two jobs registered here, declared in the settings."""
+    unregistered("reports.nightly", "monitoring.ping")
+
+    @job_function(name="reports.nightly")
+    def nightly(kind: str) -> None: ...
+
+    @job_function(name="monitoring.ping")
+    def ping() -> None: ...
+
+    declared = {
+        "nightly-report": {
+            "job": "reports.nightly",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Amsterdam",
+            "payload": {"kind": "daily"},
+            "queue": "reports",
+        },
+        "ping": {"job": "monitoring.ping", "every": 30},
+    }
+    with override_settings(JOBQUEUE={"SCHEDULES": declared}):
+        yield
+    registry.unregister("reports.nightly")
+    registry.unregister("monitoring.ping")
+
+
+def test_pause_and_run_a_schedule_from_the_browser(page, live_server, queue, operator, schedules, tmp_path):
+    target = Path(os.environ.get("JOBQUEUE_SCREENSHOTS") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    log_in(page, live_server.url)
+    page.get_by_role("link", name="Schedules").first.click()
+    page.wait_for_url("**/schedule/")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 2, "both declared schedules, before any worker ran"
+    ping = page.locator("#result_list tbody tr", has_text="every 30 s")
+    assert ping.locator(".jq-pill").first.inner_text() == "active"
+
+    ping.locator("input.action-select").check()
+    page.select_option("select[name=action]", "pause")
+    page.get_by_role("button", name="Go").click()
+    page.wait_for_load_state()
+    assert page.locator(".messagelist").inner_text().startswith("Paused “ping”")
+    ping = page.locator("#result_list tbody tr", has_text="every 30 s")
+    assert ping.locator(".jq-pill").first.inner_text() == "paused"
+    assert Schedule.objects.get(name="ping").paused
+    page.screenshot(path=str(target / "admin-schedules.png"))
+
+    page.locator("#result_list tbody tr", has_text="nightly-report").get_by_role(
+        "link", name="nightly-report"
+    ).click()
+    page.wait_for_url("**/schedule/*/change/")
+    assert page.get_by_text("cron 0 3 * * * (Europe/Amsterdam)").first.is_visible()
+    page.screenshot(path=str(target / "admin-schedule.png"), full_page=True)
+    page.get_by_role("button", name="Run now").click()
+
+    page.wait_for_url("**/job/*/change/")
+    made = Job.objects.get(name="reports.nightly")
+    assert page.url.endswith(f"/job/{made.pk}/change/")
+    assert page.locator(".messagelist").inner_text().strip() == (
+        f"Ran now: “nightly-report” as job #{made.pk}."
+    )
+    assert page.locator(".field-status_detail .jq-pill").inner_text() == "ready"
+    # Back, and the browser sends the form again: still one job.
+    page.go_back()
+    page.wait_for_url("**/schedule/*/change/")
+    page.reload()
+    assert Job.objects.count() == 1
+    assert (made.queue, made.payload) == ("reports", {"kind": "daily"})
 
 
 # -- screenshots -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The admin's log of what operators did: one ``LogEntry`` per job or dead letter changed.
+"""The admin's log of what operators did: one ``LogEntry`` per job, dead letter or schedule changed.
 
 Entries are written in bulk, a batch at a time, so that an action over
 thousands of rows logs each one without holding them all in memory.
@@ -11,10 +11,10 @@ from typing import cast
 
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from ..models import DeadLetter, Job, JobStatus
+from ..models import DeadLetter, Job, JobStatus, Schedule
 from ..queue import DeletedDeadLetter, JobChange, RetriedDeadLetter
 
 
@@ -42,6 +42,29 @@ def log_retried(request: HttpRequest, retried: Sequence[RetriedDeadLetter]) -> N
 def log_deleted(request: HttpRequest, deleted: Sequence[DeletedDeadLetter]) -> None:
     letters = [DeadLetter(pk=d.dead_letter_id, job_id=d.old_job_id, name=d.name) for d in deleted]
     _log(request, DELETION, [(letter, "") for letter in letters])
+
+
+def log_schedule_changes(request: HttpRequest, schedules: Sequence[Schedule], message: str) -> None:
+    """Log ``message`` (paused, resumed) against each schedule row changed."""
+    _log(request, CHANGE, [(schedule, message) for schedule in schedules])
+
+
+def log_ran_now(request: HttpRequest, schedule: Schedule, job: Job, receipt: str) -> None:
+    """Log a *run now*: against the schedule, with the form's ``receipt``, and as the job it added."""
+    _log(
+        request,
+        CHANGE,
+        [(schedule, f"Ran now: job #{job.pk} ({receipt}).")],
+    )
+    _log(request, ADDITION, [(job, f"Enqueued by “run now” of schedule “{schedule.name}”.")])
+
+
+def schedule_receipts(schedule_id: int, receipt: str) -> QuerySet[LogEntry]:
+    """The log entries of a *run now* of schedule row ``schedule_id`` made with ``receipt``."""
+    content_type = ContentType.objects.get_for_model(Schedule, for_concrete_model=False)
+    return LogEntry.objects.filter(
+        content_type_id=content_type.pk, object_id=str(schedule_id), change_message__contains=f"({receipt})"
+    )
 
 
 def _log(request: HttpRequest, flag: int, entries: Sequence[tuple[Model, str]]) -> None:

@@ -104,6 +104,19 @@ class ScheduleBook:
             if forgotten:
                 logger.info("forgot %s schedule(s) no longer declared", forgotten)
 
+    def add_missing(self, schedules: Sequence[Declared], now: datetime | None = None) -> None:
+        """Insert a row, starting from now, for each schedule that has none; change no other row.
+
+        For a process that is not a worker (the admin): unlike ``sync`` it
+        never redefines or deletes a row, which would take a schedule from
+        workers that run other code (a rolling deploy), until they restart.
+        """
+        rows = ops.schedule_rows(self.using, [s.name for s in schedules])
+        missing = [_entry(s) for s in schedules if s.name not in rows]
+        if missing:
+            # One INSERT that skips a name inserted meanwhile: no transaction needed.
+            ops.add_schedules(self.using, missing, now or self.now())
+
     def fire_due(self, schedules: Sequence[Declared], now: datetime | None = None) -> list[Fired]:
         """Enqueue the jobs of every fire time that came and no worker has handled yet.
 

@@ -1,0 +1,336 @@
+"""The periodic jobs: when each fires next and fired last; pause, resume, run now.
+
+The code declares the schedules (``JOBQUEUE["SCHEDULES"]``, ``@job(cron=...)``)
+and the rows are the fleet's memory of them. Opening the list gives each
+declared schedule without a row its row (``ScheduleBook.add_missing``), so the
+page lists every schedule before any worker ran; it never changes or deletes a
+row a worker wrote. Every change goes through ``ScheduleBook``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from ..models import Job, Schedule
+from ..queue.schedules import ScheduleBook
+from .audit import log_schedule_changes
+from .base import OperatorAdmin, parse_id
+from .display import EMPTY, cut, pretty_json, pretty_payload, timestamp, with_relative
+from .overview import may_see_jobs
+from .run_now import TOKEN_FIELD, ScheduleActionForm, new_token, posted_token, run_once
+from .schedule_rows import Declarations, annotate, state_of, state_pills
+
+PAUSED = "Paused."
+RESUMED = "Resumed: fires again from its next fire time; those that came while it was paused are skipped."
+
+
+class ScheduleChangeList(ChangeList):
+    """The list, each row of the page given its state with one query for the last jobs."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)  # fills the queryset's cache, which the template reads
+        using = self.queryset.db  # the queue's database (OperatorAdmin.get_queryset)
+        annotate(rows, Declarations.read(), ScheduleBook(using).now(), link_jobs=may_see_jobs(request))
+
+
+class ScheduleAdmin(OperatorAdmin):
+    list_display = ("schedule_name", "schedule_job", "when", "catch_up", "next_fire", "last_fire", "state")
+    list_display_links = ("schedule_name",)
+    sortable_by = ()
+    ordering = ("name",)
+    search_fields = ("name",)
+    search_help_text = "A schedule's name or a job name, exactly."
+    actions = ("pause", "resume", "run_now")
+    action_form = ScheduleActionForm
+    fieldsets = (
+        (None, {"fields": ("name", "job", "when", "catch_up", "job_queue", "job_priority", "declaration")}),
+        ("State", {"fields": ("state", "next_fire", "last_fire", "handled_through_at", "updated")}),
+        ("Payload", {"fields": ("payload_json",)}),
+    )
+    readonly_fields = (*flatten_fieldsets(fieldsets), "stored_json")
+
+    class Media:
+        css = {"all": ["django_jobqueue/admin.css"]}
+
+    def book(self) -> ScheduleBook:
+        return ScheduleBook(self.client().using)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        # A row goes when its schedule is no longer declared (the workers' sync).
+        return False
+
+    def search_filter(self, term: str) -> Q:
+        return Q(name=term) | Q(job=term)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return ScheduleChangeList
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        if request.method == "GET":  # an action's POST acts on rows there are, then redirects here
+            declarations = Declarations.read()
+            if declarations.problem is not None:
+                message = f"The schedules cannot be read: {declarations.problem}"
+                self.message_user(request, message, messages.ERROR)
+            declarations.add_missing(self.book())
+        return super().changelist_view(request, extra_context)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        # A malformed id is "no such schedule", not a database error.
+        if parse_id(object_id) is None:
+            return None
+        row = super().get_object(request, object_id, from_field)
+        if row is not None:
+            annotate([row], Declarations.read(), self.book().now(), link_jobs=may_see_jobs(request))
+        return row
+
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if obj is None or state_of(obj).current or state_of(obj).stored is None:
+            return self.fieldsets
+        # During a deploy: what the row holds, beside this process's declaration.
+        return (*self.fieldsets, ("The row's declaration", {"fields": ("stored_json",)}))
+
+    # -- columns and fields ----------------------------------------------------
+
+    @admin.display(description="name")
+    def schedule_name(self, row: Schedule) -> SafeString | str:
+        return cut(row.name)
+
+    @admin.display(description="job")
+    def schedule_job(self, row: Schedule) -> SafeString | str:
+        return cut(row.job)
+
+    @admin.display(description="when")
+    def when(self, row: Schedule) -> str:
+        shown = state_of(row).shown
+        return shown.when if shown is not None else EMPTY
+
+    @admin.display(description="catch up")
+    def catch_up(self, row: Schedule) -> str:
+        shown = state_of(row).shown
+        return shown.catch_up if shown is not None else EMPTY
+
+    @admin.display(description="queue")
+    def job_queue(self, row: Schedule) -> str:
+        shown = state_of(row).shown
+        return (shown.queue or "the job's own") if shown is not None else EMPTY
+
+    @admin.display(description="priority")
+    def job_priority(self, row: Schedule) -> str:
+        shown = state_of(row).shown
+        if shown is None:
+            return EMPTY
+        return str(shown.priority) if shown.priority is not None else "the job's own"
+
+    @admin.display(description="declaration")
+    def declaration(self, row: Schedule) -> str:
+        state = state_of(row)
+        if state.declared is None:
+            return "Not declared by this process: shown as the row holds it; it cannot be run now from here."
+        if not state.current:
+            return "The row holds another declaration (below): workers that run other code synced it."
+        return "As this process declares it, and as the row holds it."
+
+    @admin.display(description="next fire")
+    def next_fire(self, row: Schedule) -> SafeString | str:
+        if row.paused:
+            return "paused"
+        return with_relative(state_of(row).next_fire_at)
+
+    @admin.display(description="last fire")
+    def last_fire(self, row: Schedule) -> SafeString | str:
+        shown = with_relative(row.last_fire_at)
+        if row.last_job_id is None:
+            return shown
+        link, state = f"job #{row.last_job_id}", state_of(row)
+        if not state.last_job_exists:
+            gone = '{} · <span class="jq-quiet" title="no longer kept (pruned)">{}</span>'
+            return format_html(gone, shown, link)
+        if not state.link_jobs:
+            return format_html("{} · {}", shown, link)
+        url = reverse(
+            "admin:django_jobqueue_job_change", args=[row.last_job_id], current_app=self.admin_site.name
+        )
+        return format_html('{} · <a href="{}">{}</a>', shown, url, link)
+
+    @admin.display(description="state")
+    def state(self, row: Schedule) -> SafeString:
+        return state_pills(row)
+
+    @admin.display(description="handled through")
+    def handled_through_at(self, row: Schedule) -> SafeString | str:
+        return with_relative(row.handled_through)
+
+    @admin.display(description="row updated at")
+    def updated(self, row: Schedule) -> str:
+        return timestamp(row.updated_at)
+
+    @admin.display(description="payload")
+    def payload_json(self, row: Schedule) -> SafeString:
+        shown = state_of(row).shown
+        return pretty_payload(shown.payload if shown is not None else row.definition.get("payload", {}))
+
+    @admin.display(description="declaration")
+    def stored_json(self, row: Schedule) -> SafeString:
+        definition = dict(row.definition)
+        payload = pretty_payload(definition.pop("payload", {}))
+        return format_html("{}<p>payload:</p>{}", pretty_json(definition), payload)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
+        may_change = obj is not None and self.has_change_permission(request)
+        context["can_act"] = may_change
+        context["can_run_now"] = may_change and state_of(obj).declared is not None
+        context["once_field"] = TOKEN_FIELD
+        context["once"] = new_token()
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # -- actions ---------------------------------------------------------------
+
+    @admin.action(description="Pause selected schedules", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self.set_paused(request, list(queryset), paused=True)
+
+    @admin.action(description="Resume selected schedules", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self.set_paused(request, list(queryset), paused=False)
+
+    @admin.action(description="Run selected schedules now (one job each)", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self.run_rows(request, list(queryset))
+
+    def set_paused(self, request: HttpRequest, rows: list[Schedule], *, paused: bool) -> None:
+        book, by_name = self.book(), {row.name: row for row in rows}
+        with transaction.atomic(using=book.using):
+            changed = (book.pause if paused else book.resume)(by_name)
+            log_schedule_changes(request, [by_name[name] for name in changed], PAUSED if paused else RESUMED)
+        if changed and paused:
+            self.message_user(
+                request, f"Paused {quoted(changed)}: no job is fired until resumed.", messages.SUCCESS
+            )
+        elif changed:
+            self.message_user(
+                request,
+                f"Resumed {quoted(changed)}: fired again from the next fire time on; "
+                "the fire times that came while paused are skipped.",
+                messages.SUCCESS,
+            )
+        left = [name for name in by_name if name not in changed]
+        if left:
+            state = "paused" if paused else "running"
+            self.message_user(request, f"{quoted(left)} {are(left)} already {state}.", messages.WARNING)
+
+    def run_rows(self, request: HttpRequest, rows: list[Schedule]) -> list[Job]:
+        """Enqueue one job for each row's schedule, once per form; return the jobs."""
+        token = posted_token(request)
+        if token is None:
+            self.message_user(
+                request, "The form had no one-time token: reload the page; nothing was run.", messages.ERROR
+            )
+            return []
+        declarations, book = Declarations.read(), self.book()
+        ran: list[tuple[str, Job]] = []
+        undeclared, repeated = [], []
+        for row in rows:
+            schedule = declarations.by_name.get(row.name)
+            if schedule is None:
+                undeclared.append(row.name)
+                continue
+            job = run_once(request, book, row, schedule, token)
+            if job is None:
+                repeated.append(row.name)
+            else:
+                ran.append((row.name, job))
+        if ran:
+            links = format_html_join(
+                ", ", "“{}” as {}", ((name, self.job_link(request, job)) for name, job in ran)
+            )
+            self.message_user(request, format_html("Ran now: {}.", links), messages.SUCCESS)
+        if repeated:
+            self.message_user(
+                request,
+                f"{quoted(repeated)} already ran from this form: nothing more was run. "
+                "Reload the page to run again.",
+                messages.WARNING,
+            )
+        if undeclared:
+            why = declarations.problem or "this process declares no schedule by that name"
+            self.message_user(request, f"{quoted(undeclared)} cannot be run now: {why}.", messages.ERROR)
+        return [job for _, job in ran]
+
+    def job_link(self, request: HttpRequest, job: Job) -> SafeString:
+        text = format_html("job #{}", job.pk)
+        if not may_see_jobs(request):
+            return text
+        url = reverse("admin:django_jobqueue_job_change", args=[job.pk], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, text)
+
+    # -- the buttons on a schedule's page ------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/pause/", view(self.pause_view), name=self.url_name("pause")),
+            path("<path:object_id>/resume/", view(self.resume_view), name=self.url_name("resume")),
+            path("<path:object_id>/run-now/", view(self.run_now_view), name=self.url_name("run_now")),
+            *super().get_urls(),
+        ]
+
+    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self.one_row(request, object_id, lambda row: self.set_paused(request, [row], paused=True))
+
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self.one_row(request, object_id, lambda row: self.set_paused(request, [row], paused=False))
+
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        ran: list[Job] = []
+        response = self.one_row(request, object_id, lambda row: ran.extend(self.run_rows(request, [row])))
+        if ran and may_see_jobs(request):
+            job_url = reverse(
+                "admin:django_jobqueue_job_change", args=[ran[0].pk], current_app=self.admin_site.name
+            )
+            return HttpResponseRedirect(job_url)
+        return response
+
+    def one_row(
+        self, request: HttpRequest, object_id: str, act: Callable[[Schedule], object]
+    ) -> HttpResponse:
+        """Act on one row, then go back to its page (a POST answered with a redirect)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        object_id = unquote(object_id)
+        row_id = parse_id(object_id)
+        row = self.get_queryset(request).filter(pk=row_id).first() if row_id is not None else None
+        if row is None:
+            return self.does_not_exist(request, object_id)
+        act(row)
+        return HttpResponseRedirect(self.url("change", row.pk))
+
+
+def quoted(names: list[str]) -> str:
+    return ", ".join(f"“{name}”" for name in names)
+
+
+def are(names: list[str]) -> str:
+    return "is" if len(names) == 1 else "are"
