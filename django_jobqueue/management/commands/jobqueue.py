@@ -21,7 +21,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import stats
-from ...loader import load_job_modules
 from ...models import DeadLetter
 from ...queue import QueueClient, RetriedDeadLetter
 from ...queue.schedules import ScheduleBook, ScheduleState
@@ -254,8 +253,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  {line}")
 
     def schedules(self, using: str, *, as_json: bool) -> None:
-        # The @job(cron=/every=) shorthands are in the registry once the job modules are loaded.
-        load_job_modules()
+        # The @job(cron=/every=) shorthands were registered when the app became ready.
         try:
             declared = declared_schedules()
         except ScheduleError as exc:
