@@ -2,6 +2,8 @@
 
 The demo makes its own SQLite file; these tests read it back with the
 standard library's ``sqlite3`` and hold the printed summary to the tables.
+Besides the OTP jobs it runs a periodic job, ``queue-summary``, fired by two
+long-running workers while burst workers drain the ``otp`` queue.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 USERS = 30  # one full block of the provider's script, so every kind of failure occurs
 SEED = 3
 MAX_ATTEMPTS = 4  # send_otp's
+SCHEDULE, SUMMARY_JOB, EVERY = "queue-summary", "demo.queue_summary", 2  # the demo's periodic job
 
 
 pytestmark = pytest.mark.skipif(
@@ -85,7 +89,8 @@ def test_every_account_ends_with_its_code_or_a_dead_letter(demo):
     assert len(accounts) == USERS
     assert sent.isdisjoint(dead)
     assert sent | set(dead) == set(accounts)
-    assert rows(db, "SELECT COUNT(*) FROM django_jobqueue_job WHERE status IN ('ready', 'running')") == [(0,)]
+    live = "SELECT COUNT(*) FROM django_jobqueue_job WHERE queue = 'otp' AND status IN ('ready', 'running')"
+    assert rows(db, live) == [(0,)]
     done = rows(db, "SELECT COUNT(*) FROM django_jobqueue_job WHERE queue = 'otp' AND status = 'done'")
     assert done == [(len(sent),)]
 
@@ -102,7 +107,7 @@ def test_each_number_meets_the_fate_the_provider_scripted(demo):
     attempts_of_done = {
         json.loads(payload)["account_id"]: attempts
         for payload, attempts in rows(
-            db, "SELECT payload, attempts FROM django_jobqueue_job WHERE status = 'done'"
+            db, "SELECT payload, attempts FROM django_jobqueue_job WHERE queue = 'otp' AND status = 'done'"
         )
     }
     dead = {
@@ -140,7 +145,8 @@ def test_the_crashed_sign_up_left_nothing_behind(demo):
     assert rows(db, f"SELECT COUNT(*) FROM demo_account WHERE phone = '{phone}'") == [(0,)]
     account_ids = {str(pk) for (pk,) in rows(db, "SELECT id FROM demo_account")}
     payload_ids = {
-        json.loads(p)["account_id"] for (p,) in rows(db, "SELECT payload FROM django_jobqueue_job")
+        json.loads(p)["account_id"]
+        for (p,) in rows(db, "SELECT payload FROM django_jobqueue_job WHERE name = 'send_otp'")
     }
     assert payload_ids <= account_ids
 
@@ -156,6 +162,51 @@ def test_the_printed_summary_reads_well_without_a_terminal(demo):
     assert f"DATABASE_URL=sqlite:///{db}" in out  # whole, so that it can be copied
     assert summary["wall_seconds"] < 60
     assert (db.parent / "demo-logs" / "demo-worker-1.log").exists()
+
+
+def stored_time(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def test_the_periodic_job_fired_once_per_fire_time_from_two_workers(demo):
+    result, db, summary = demo
+    jobs = rows(
+        db,
+        f"SELECT id, run_at, queue, status, result FROM django_jobqueue_job WHERE name = '{SUMMARY_JOB}' "
+        "ORDER BY run_at",
+    )
+    fire_times = [stored_time(run_at) for _, run_at, _, _, _ in jobs]
+    assert len(jobs) >= 2, "the demo waits for two fire times at least"
+    assert len(set(fire_times)) == len(jobs), "one job per fire time"
+    assert all(moment.timestamp() % EVERY == 0 for moment in fire_times), "multiples of 2 s since the epoch"
+    assert {(queue, status) for _, _, queue, status, _ in jobs} == {("summary", "done")}
+    assert json.loads(jobs[-1][4])["done"] == summary["sent"], "the last summary saw every OTP sent"
+
+    ((last_fire_at, paused),) = rows(
+        db, f"SELECT last_fire_at, paused FROM django_jobqueue_schedule WHERE name = '{SCHEDULE}'"
+    )
+    assert (stored_time(last_fire_at), paused) == (fire_times[-1], 0)
+
+    # Both long-running workers fired schedules; between them they logged each job once.
+    logs = {path.stem: path.read_text() for path in (db.parent / "demo-logs").glob("demo-clock-*.log")}
+    assert sorted(logs) == ["demo-clock-1", "demo-clock-2"]
+    fired = [
+        int(job_id)
+        for log in logs.values()
+        for job_id in re.findall(rf"schedule {SCHEDULE} fired for \S+: job (\d+)", log)
+    ]
+    assert sorted(fired) == [job_id for job_id, *_ in jobs]
+    assert all("schedules=1" in log for log in logs.values())
+    assert "schedules=off burst" in (db.parent / "demo-logs" / "demo-worker-1.log").read_text()
+
+    schedule = summary["schedule"]
+    assert (schedule["jobs"], schedule["fire_times"], schedule["once_per_fire_time"]) == (
+        len(jobs),
+        len(jobs),
+        True,
+    )
+    assert re.search(rf"Periodic job fired\W+{len(jobs)}\b", result.stdout)
+    assert f"{SCHEDULE}: {len(jobs)} fire times, {len(jobs)} jobs" in result.stdout
 
 
 def test_it_never_deletes_a_database_it_did_not_make(tmp_path):
@@ -206,6 +257,12 @@ def test_the_next_steps_work_when_pasted_alone_and_the_worker_waits_out_the_back
     assert retried.returncode == 0, retried.stderr
     assert f"Retried {dead} dead letter(s)." in retried.stdout
     assert rows(db, "SELECT COUNT(*) FROM django_jobqueue_deadletter") == [(0,)]
+
+    # Before a worker without the demo's schedule starts, and forgets it.
+    schedules = paste(one(commands, "jobqueue schedules"))
+    assert schedules.returncode == 0, schedules.stderr
+    (line,) = [line for line in schedules.stdout.splitlines() if line.startswith(SCHEDULE)]
+    assert "every 2 s" in line and " ago)" in line and line.split()[-1] == "no", schedules.stdout
 
     worker = subprocess.Popen(
         ["bash", "-c", one(commands, "manage.py runworker")],

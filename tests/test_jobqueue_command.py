@@ -254,7 +254,7 @@ def subcommand_parsers() -> dict[str, Any]:
 
 def test_each_subcommand_describes_itself_and_its_own_verbosity():
     parsers = subcommand_parsers()
-    assert set(parsers) == {"status", "retry-dead", "prune", "tick"}
+    assert set(parsers) == {"status", "schedules", "retry-dead", "prune", "tick"}
     for name, sub in parsers.items():
         assert sub.description and len(sub.description) > 60, name
         (verbosity,) = [action for action in sub._actions if action.dest == "sub_verbosity"]

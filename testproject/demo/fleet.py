@@ -2,7 +2,9 @@
 
 A burst worker exits once no job is due and none is running, even while some
 wait for a backoff. The fleet starts another burst when such a job comes due,
-the way cron would run ``runworker --burst`` every minute, only faster.
+the way cron would run ``runworker --burst`` every minute, only faster. A
+fleet with ``burst=False`` runs long-lived workers instead, which also fire
+the periodic jobs (a burst worker never does).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class WorkerFleet:
         env: Mapping[str, str],
         log_dir: Path,
         shutdown_timeout: float = 5.0,
+        burst: bool = True,
+        name: str = "demo-worker",
     ) -> None:
         self.manage_py = manage_py
         self.queue = queue
@@ -63,6 +67,8 @@ class WorkerFleet:
         self.env = dict(env)
         self.log_dir = log_dir
         self.shutdown_timeout = shutdown_timeout
+        self.burst = burst
+        self.name = name
         self.alive: list[WorkerProcess] = []
         self.finished: list[tuple[WorkerProcess, int]] = []
         self.started = 0
@@ -73,7 +79,7 @@ class WorkerFleet:
             sys.executable,
             str(self.manage_py),
             "runworker",
-            "--burst",
+            *(["--burst"] if self.burst else []),
             "--queue",
             self.queue,
             "--concurrency",
@@ -87,9 +93,9 @@ class WorkerFleet:
         ]
 
     def start(self) -> WorkerProcess:
-        """Start one burst worker; its output goes to a log file of its own."""
+        """Start one worker; its output goes to a log file of its own."""
         self.started += 1
-        worker_id = f"demo-worker-{self.started}"
+        worker_id = f"{self.name}-{self.started}"
         log_path = self.log_dir / f"{worker_id}.log"
         log = log_path.open("wb")
         process = subprocess.Popen(

@@ -1,10 +1,11 @@
-"""The demo's one job: send a new account its one-time password.
+"""The demo's jobs: send a new account its one-time password; count the OTP queue now and then.
 
 ``runworker`` imports this module (every installed app's ``jobs``) at start.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
@@ -47,3 +48,16 @@ def send_otp(ctx: JobContext, account_id: str) -> dict[str, str]:
         raise Fail(str(exc)) from exc
     Account.objects.filter(pk=account.pk, otp_sent_at__isnull=True).update(otp_sent_at=timezone.now())
     return {"message_id": message_id}
+
+
+@job(name="demo.queue_summary", queue="summary")
+def queue_summary() -> dict[str, int]:
+    """Count the OTP jobs by state; the result is kept on the job's row.
+
+    The demo declares it as a periodic job (``JOBQUEUE_SCHEDULES``, every two
+    seconds) for its own run only: the example project's settings declare no
+    schedule, so the test suite's workers fire nothing.
+    """
+    from .report import snapshot  # here: every worker imports this module, few need rich
+
+    return asdict(snapshot("otp"))

@@ -19,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from django_jobqueue.models import DeadLetter, Job
+from django_jobqueue.queue.schedules import ScheduleBook
+from django_jobqueue.schedules import declared_schedules
 
 from . import provider
 from .fleet import WorkerFleet
@@ -228,4 +230,54 @@ def collect_outcome(queue: str, seed: int, max_attempts: int) -> Outcome:
         accounts_with_both=sorted(phones[pk] for pk in sent & dead),
         expected_sent=scripted_sent,
         expected_dead=len(phones) - scripted_sent,
+    )
+
+
+@dataclass(frozen=True)
+class ScheduleRun:
+    """What a periodic job did during the demo, read back from its jobs, its row and the workers' logs."""
+
+    name: str
+    job: str
+    every: int
+    workers: int  # long-running workers that fired it
+    jobs: int  # jobs enqueued by its fire times
+    fire_times: int  # distinct fire times among them: equal to ``jobs`` if none was enqueued twice
+    fired_by: dict[str, int]  # "schedule … fired" log lines per worker
+    on_the_grid: bool  # every fire time a multiple of ``every`` seconds since the epoch
+    done: int
+    last_fire_at: str | None  # ISO 8601, from the schedule's row
+    last_result: dict[str, int] | None  # what the newest finished job counted
+
+    @property
+    def once_per_fire_time(self) -> bool:
+        return self.jobs == self.fire_times == sum(self.fired_by.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "once_per_fire_time": self.once_per_fire_time}
+
+
+def collect_schedule(name: str, job: str, every: int, fleet: WorkerFleet) -> ScheduleRun:
+    """Read back what schedule ``name`` fired, and which of ``fleet``'s workers logged firing it."""
+    jobs = list(Job.objects.filter(name=job).order_by("run_at").values_list("run_at", "status", "result"))
+    fire_times = {run_at for run_at, _, _ in jobs}
+    line = re.compile(rf"\bschedule {re.escape(name)} fired for ")
+    fired_by = {}
+    for worker, _ in fleet.finished:
+        text = worker.log_path.read_text(errors="replace")
+        fired_by[worker.worker_id] = len(line.findall(text))
+    results = [result for _, status, result in jobs if status == "done" and isinstance(result, dict)]
+    (state,) = [state for state in ScheduleBook().states(declared_schedules()) if state.schedule.name == name]
+    return ScheduleRun(
+        name=name,
+        job=job,
+        every=every,
+        workers=len(fleet.finished),
+        jobs=len(jobs),
+        fire_times=len(fire_times),
+        fired_by=fired_by,
+        on_the_grid=all(run_at.timestamp() % every == 0 for run_at in fire_times),
+        done=sum(1 for _, status, _ in jobs if status == "done"),
+        last_fire_at=state.last_fire_at.isoformat() if state.last_fire_at is not None else None,
+        last_result=results[-1] if results else None,
     )

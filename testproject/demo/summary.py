@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import provider
-from .report import Outcome
+from .report import Outcome, ScheduleRun
 
 MAX_NUMBERS = 3
 
@@ -45,10 +46,11 @@ class RunFacts:
     timings: Timings
 
 
-def summary_data(outcome: Outcome, facts: RunFacts) -> dict[str, Any]:
+def summary_data(outcome: Outcome, facts: RunFacts, schedule: ScheduleRun) -> dict[str, Any]:
     """The summary as JSON-ready data, for ``--summary-json``."""
     return {
         **outcome.as_dict(),
+        "schedule": schedule.as_dict(),
         "rolled_back_phone": facts.rolled_back_phone,
         "rolled_back_job_id": facts.rolled_back_job_id,
         "resend_taps": facts.resend_taps,
@@ -60,16 +62,16 @@ def summary_data(outcome: Outcome, facts: RunFacts) -> dict[str, Any]:
     }
 
 
-def print_summary(console: Console, outcome: Outcome, facts: RunFacts) -> None:
+def print_summary(console: Console, outcome: Outcome, facts: RunFacts, schedule: ScheduleRun) -> None:
     console.print()
-    console.print(_totals(outcome, facts))
+    console.print(_totals(outcome, facts, schedule))
     if outcome.dead_letters:
         console.print(_dead_letters(outcome))
-    console.print(_checks(outcome, facts))
-    _next_steps(console, facts)
+    console.print(_checks(outcome, facts, schedule))
+    _next_steps(console, facts, schedule)
 
 
-def _totals(outcome: Outcome, facts: RunFacts) -> Table:
+def _totals(outcome: Outcome, facts: RunFacts, schedule: ScheduleRun) -> Table:
     table = Table(
         title="Summary", title_justify="left", title_style="bold", box=box.ROUNDED, show_header=False
     )
@@ -92,6 +94,12 @@ def _totals(outcome: Outcome, facts: RunFacts) -> Table:
             "Worker processes",
             facts.bursts,
             f"--burst runs, {facts.workers} at a time, {facts.concurrency} threads",
+        ),
+        (
+            "Periodic job fired",
+            schedule.jobs,
+            f"{schedule.name}, every {schedule.every} s, by {schedule.workers} long-running workers"
+            + (f"; the last counted {_counted(schedule.last_result)}" if schedule.last_result else ""),
         ),
         (
             "Wall time",
@@ -129,7 +137,11 @@ def _dead_letters(outcome: Outcome) -> Table:
     return table
 
 
-def _checks(outcome: Outcome, facts: RunFacts) -> Group:
+def _counted(result: dict[str, int]) -> str:
+    return f"{result.get('done', 0)} sent, {result.get('dead', 0)} dead"
+
+
+def _checks(outcome: Outcome, facts: RunFacts, schedule: ScheduleRun) -> Group:
     lines = []
     if outcome.consistent:
         lines.append(
@@ -157,13 +169,25 @@ def _checks(outcome: Outcome, facts: RunFacts) -> Group:
             f"{len(outcome.dead_letters)}.",
         )
     )
+    fired = ", ".join(f"{worker} {count}" for worker, count in sorted(schedule.fired_by.items()))
+    mark, style = ("✓ ", "bold green") if schedule.once_per_fire_time else ("✗ ", "bold red")
+    lines.append(
+        Text.assemble(
+            (mark, style),
+            f"{schedule.name}: {schedule.fire_times} fire times, {schedule.jobs} jobs; each of the "
+            f"{schedule.workers} workers tried every fire time, and each went through once ({fired}).",
+        )
+    )
     return Group(Text(), *lines, Text())
 
 
-def _next_steps(console: Console, facts: RunFacts) -> None:
+def _next_steps(console: Console, facts: RunFacts, schedule: ScheduleRun) -> None:
     """Print commands whole, never wrapped or cut, so that they can be copied."""
     python = shlex.quote(shell_path(Path(sys.executable)))
     manage = f"{_demo_env(facts)} {python} manage.py"
+    # The example project declares no schedule unless told: the demo's is in its environment.
+    declared = {schedule.name: {"job": schedule.job, "every": schedule.every}}
+    with_schedule = f"JOBQUEUE_SCHEDULES={shlex.quote(json.dumps(declared))} {manage}"
     steps = [
         (
             "Browse the jobs and dead letters in the admin (http://127.0.0.1:8000/admin/):",
@@ -175,6 +199,10 @@ def _next_steps(console: Console, facts: RunFacts) -> None:
             [f"{manage} jobqueue retry-dead --all --queue otp", f"{manage} runworker --queue otp"],
         ),
         ("See what is ready, waiting for a retry, running or dead:", [f"{manage} jobqueue status"]),
+        (
+            f"See when {schedule.name} fired last and fires next (docs/schedules.md):",
+            [f"{with_schedule} jobqueue schedules"],
+        ),
         ("Read the workers' logs:", [f"less {shlex.quote(shell_path(facts.log_dir / 'demo-worker-1.log'))}"]),
         # The demo makes its own database and sets its own seed: no variables needed.
         ("Tell the story again, differently:", [f"{python} manage.py jobqueue_demo --users 500 --seed 42"]),

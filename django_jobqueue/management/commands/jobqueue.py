@@ -1,12 +1,13 @@
 """``manage.py jobqueue``: the queue from a shell, a script or a health check.
 
     jobqueue status [--json]
+    jobqueue schedules [--json]
     jobqueue retry-dead (ID ... | --all) [--queue Q] [--name N]
     jobqueue prune [--older-than SECONDS]
     jobqueue tick
 
-Each subcommand parses its arguments and calls ``QueueClient`` or ``stats``;
-none runs SQL of its own.
+Each subcommand parses its arguments and calls ``QueueClient``, ``stats`` or
+``ScheduleBook``; none runs SQL of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -21,7 +23,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ... import stats
 from ...models import DeadLetter
 from ...queue import QueueClient, RetriedDeadLetter
+from ...queue.schedules import ScheduleBook, ScheduleState
 from ...queue.validation import check_name, check_queue
+from ...schedules import ScheduleError, declared_schedules
 from ..arguments import database_alias
 
 # Each subcommand's one-line help (the list in ``jobqueue --help``), then the rest of its description.
@@ -29,6 +33,11 @@ STATUS_HELP = (
     "Per queue: ready, scheduled, running, dead; live workers.",
     "Also how long the oldest ready job has waited and the jobs done in the last hour. "
     "--json prints the same for scripts and health checks.",
+)
+SCHEDULES_HELP = (
+    "Per periodic job: its job, when it fires, the next and the last fire time, paused or not.",
+    "One line per schedule declared in JOBQUEUE['SCHEDULES'] or by @job(cron=/every=), with the "
+    "state workers keep in the database; reads only. --json prints the same for scripts.",
 )
 RETRY_HELP = (
     "Put dead letters back on their queues.",
@@ -50,6 +59,7 @@ VERBOSITY_HELP_RETRY = (
 VERBOSITY_HELP_SAME = "Accepted for Django's usual -v; this subcommand prints the same at every level."
 
 STATUS_COLUMNS = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done (1 h)")
+SCHEDULE_COLUMNS = ("schedule", "job", "when", "timezone", "next fire (UTC)", "last fire (UTC)", "paused")
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "concurrency", "last heartbeat")
 
 
@@ -93,8 +103,34 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], numeric: set
     return [line(header), *(line(row) for row in rows)]
 
 
+def schedule_row(state: ScheduleState, now: datetime) -> tuple[str, ...]:
+    schedule = state.schedule
+    when = f"every {schedule.every} s" if schedule.every is not None else f"cron {schedule.cron}"
+    return (
+        schedule.name,
+        schedule.job,
+        when,
+        schedule.timezone if schedule.cron is not None else "—",
+        moment(state.next_fire_at, now),
+        moment(state.last_fire_at, now),
+        "yes" if state.paused else "no",
+    )
+
+
+def moment(at: datetime | None, now: datetime) -> str:
+    """``2026-12-01 03:00:00 (in 2 h 5 min)``: a UTC time and how far it is from the database's now."""
+    if at is None:
+        return "—"
+    seconds = (at - now).total_seconds()
+    distance = f"in {stats.format_age(seconds)}" if seconds > 0 else f"{stats.format_age(-seconds)} ago"
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} ({distance})"
+
+
 class Command(BaseCommand):
-    help = "Show the queue's state, retry dead letters, prune finished jobs, rescue expired claims."
+    help = (
+        "Show the queue's state and its periodic jobs, retry dead letters, prune finished jobs, "
+        "rescue expired claims."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
@@ -111,6 +147,8 @@ class Command(BaseCommand):
 
         status = add("status", STATUS_HELP, VERBOSITY_HELP_SAME)
         status.add_argument("--json", action="store_true", help="Print JSON, for scripts and health checks.")
+        schedules = add("schedules", SCHEDULES_HELP, VERBOSITY_HELP_SAME)
+        schedules.add_argument("--json", action="store_true", help="Print a JSON list, for scripts.")
         retry = add("retry-dead", RETRY_HELP, VERBOSITY_HELP_RETRY)
         retry.add_argument("ids", nargs="*", type=positive_id, metavar="ID", help="Dead letter ids.")
         retry.add_argument(
@@ -162,6 +200,8 @@ class Command(BaseCommand):
         subcommand = options["subcommand"]
         if subcommand == "status":
             self.status(client, as_json=options["json"])
+        elif subcommand == "schedules":
+            self.schedules(client.using, as_json=options["json"])
         elif subcommand == "retry-dead":
             self.retry_dead(client, options["ids"], options["all"], options["queue"], options["name"])
         elif subcommand == "prune":
@@ -211,6 +251,32 @@ class Command(BaseCommand):
         ]
         for line in table(WORKER_COLUMNS, workers, numeric={2, 4}):
             self.stdout.write(f"  {line}")
+
+    def schedules(self, using: str, *, as_json: bool) -> None:
+        # The @job(cron=/every=) shorthands were registered when the app became ready.
+        try:
+            declared = declared_schedules()
+        except ScheduleError as exc:
+            # The system checks (E011) stop a bad declaration before this, unless skipped.
+            raise CommandError(f"{exc} (see docs/schedules.md)") from None
+        book = ScheduleBook(using)
+        now = book.now()
+        states = book.states(declared, now)
+        if as_json:
+            self.stdout.write(json.dumps([state.as_json() for state in states], indent=2))
+            return
+        if not states:
+            self.stdout.write("No schedule is declared (JOBQUEUE['SCHEDULES'], @job(cron=/every=)).")
+            return
+        rows = [schedule_row(state, now) for state in states]
+        for line in table(SCHEDULE_COLUMNS, rows, numeric=set()):
+            self.stdout.write(line)
+        waiting = [state.schedule.name for state in states if state.row_id is None]
+        if waiting:
+            self.stdout.write("")
+            self.stdout.write(
+                "Not yet started (no worker has run since it was declared): " + ", ".join(waiting)
+            )
 
     def retry_dead(
         self, client: QueueClient, ids: list[int], everything: bool, queue: str | None, name: str | None

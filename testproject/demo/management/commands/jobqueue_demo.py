@@ -2,8 +2,9 @@
 
 The demo always runs on its own database file (``var/demo.sqlite3`` unless
 ``--db`` says otherwise), whatever ``DATABASE_URL`` says: it starts itself
-again with ``DATABASE_URL`` pointing at that file and short backoff settings,
-so that the worker processes it starts inherit the same environment.
+again with ``DATABASE_URL`` pointing at that file, short backoff settings and
+its periodic job (``JOBQUEUE_SCHEDULES``), so that the worker processes it
+starts inherit the same environment.
 """
 
 from __future__ import annotations
@@ -30,14 +31,21 @@ from django_jobqueue.models import Job
 
 from ... import provider
 from ...fleet import WorkerFleet, log_tail
-from ...jobs import send_otp
+from ...jobs import queue_summary, send_otp
 from ...models import Account
-from ...report import ProgressDisplay, collect_outcome, snapshot
+from ...report import ProgressDisplay, collect_outcome, collect_schedule, snapshot
 from ...signup import SignupCrashed, register_user, resend_code
 from ...summary import RunFacts, Timings, print_summary, shell_path, summary_data
 
 QUEUE = "otp"
 RESEND_TAPS = 3
+# The periodic job: two long-running workers fire it while the burst workers
+# drain the OTP queue, and the database lets each fire time through once.
+SCHEDULE = "queue-summary"
+EVERY = 2  # seconds
+CLOCK_WORKERS = 2
+MIN_FIRES = 2
+SCHEDULES = {SCHEDULE: {"job": queue_summary.name, "every": EVERY}}
 # Marks the SQLite files this command created, so that it never deletes another.
 APPLICATION_ID = 0x4A514445
 RUNNING_ON = "JOBQUEUE_DEMO_DATABASE"
@@ -47,6 +55,7 @@ DEMO_ENV = {
     "JOBQUEUE_BACKOFF_MAX": "2",
     "JOBQUEUE_KEEP_COMPLETED": "86400",
     "JOBQUEUE_LOG_LEVEL": "INFO",
+    "JOBQUEUE_SCHEDULES": json.dumps(SCHEDULES),
     "PYTHONUNBUFFERED": "1",
 }
 
@@ -54,7 +63,8 @@ DEMO_ENV = {
 class Command(BaseCommand):
     help = (
         "Register users whose OTP jobs go through a flaky fake provider, drain the queue with "
-        "two runworker --burst processes, and summarise. Runs on its own SQLite file."
+        "two runworker --burst processes while two long-running workers fire a periodic job, "
+        "and summarise. Runs on its own SQLite file."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -127,7 +137,7 @@ class Command(BaseCommand):
 
         log_dir = db_path.parent / "demo-logs"
         log_dir.mkdir(exist_ok=True)
-        for old in log_dir.glob("demo-worker-*.log"):
+        for old in log_dir.glob("demo-*.log"):
             old.unlink()
         fleet = WorkerFleet(
             manage_py=Path(settings.BASE_DIR) / "manage.py",
@@ -137,21 +147,39 @@ class Command(BaseCommand):
             env=os.environ,
             log_dir=log_dir,
         )
+        clock = WorkerFleet(
+            manage_py=Path(settings.BASE_DIR) / "manage.py",
+            queue=queue_summary.spec.queue or "default",
+            size=CLOCK_WORKERS,
+            concurrency=1,
+            env=os.environ,
+            log_dir=log_dir,
+            burst=False,
+            name="demo-clock",
+        )
         console.print(
             f"\nDraining with {workers} × [bold]runworker --burst --queue {QUEUE} "
             f"--concurrency {concurrency}[/]"
-            "\n[dim](a burst exits when nothing is due; another starts when a retry comes due)[/]\n"
+            "\n[dim](a burst exits when nothing is due; another starts when a retry comes due)[/]"
+            f"\nMeanwhile {CLOCK_WORKERS} × [bold]runworker --queue {clock.queue}[/] fire the periodic job "
+            f"[bold]{SCHEDULE}[/] every {EVERY} s"
+            "\n[dim](every long-running worker fires it; the database lets each fire time through once)[/]\n"
         )
         drain_started = time.monotonic()
         # SIGTERM as well as Ctrl-C stops the workers before the demo exits.
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
+            for _ in range(CLOCK_WORKERS):
+                clock.start()
             _drain(console, fleet, total=users, timeout=options["timeout"])
+            drain_time = time.monotonic() - drain_started
+            _wait_for_fires(clock, timeout=options["timeout"])
         except KeyboardInterrupt:
             raise CommandError("interrupted: the workers were sent SIGTERM and have exited") from None
         finally:
+            clock.stop()
             signal.signal(signal.SIGTERM, previous)
-        drain_time = time.monotonic() - drain_started
+        schedule = collect_schedule(SCHEDULE, queue_summary.name, EVERY, clock)
 
         outcome = collect_outcome(QUEUE, options["seed"], _max_attempts())
         facts = RunFacts(
@@ -167,13 +195,15 @@ class Command(BaseCommand):
             log_dir=log_dir,
             timings=Timings(migrate_time, signup_time, drain_time, time.monotonic() - started),
         )
-        print_summary(console, outcome, facts)
+        print_summary(console, outcome, facts, schedule)
         if options["summary_json"]:
             Path(options["summary_json"]).write_text(
-                json.dumps(summary_data(outcome, facts), indent=2) + "\n"
+                json.dumps(summary_data(outcome, facts, schedule), indent=2) + "\n"
             )
         if not outcome.consistent:
             raise CommandError("the tables do not add up; see the summary above")
+        if not schedule.once_per_fire_time:
+            raise CommandError(f"{SCHEDULE} did not make one job per fire time; see the summary above")
 
 
 def _restart_on(db_path: Path, options: dict[str, Any]) -> NoReturn:
@@ -287,6 +317,28 @@ def _drain(console: Console, fleet: WorkerFleet, *, total: int, timeout: float) 
                 time.sleep(0.1)
         finally:
             fleet.stop()
+
+
+def _wait_for_fires(clock: WorkerFleet, *, timeout: float) -> None:
+    """Wait until the periodic job has fired ``MIN_FIRES`` times and each job ran.
+
+    Return early in the fire interval, so that the workers stop before the
+    next fire time and leave no job of it behind.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        for worker, code in clock.reap():
+            raise CommandError(
+                f"{worker.worker_id} exited with status {code}; the end of its log:\n"
+                + log_tail(worker.log_path)
+            )
+        states = list(Job.objects.filter(name=queue_summary.name).values_list("status", flat=True))
+        settled = len(states) >= MIN_FIRES and all(status == "done" for status in states)
+        if settled and EVERY - time.time() % EVERY > EVERY / 3:
+            return
+        if time.monotonic() > deadline:
+            raise CommandError(f"{SCHEDULE} had not fired {MIN_FIRES} times after {timeout:g} s")
+        time.sleep(0.05)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
