@@ -407,3 +407,28 @@ def test_states_read_without_writing(book):
     assert state.row_id is None and not state.paused and state.last_fire_at is None
     assert state.as_json()["next_fire_at"] == "2026-06-01T01:00:00+00:00"
     assert not ScheduleRow.objects.exists()
+
+
+def test_a_row_deleted_by_a_worker_that_no_longer_declares_it_comes_back(book):
+    schedules = declared(tick={"job": "tests.schedules.report", "every": 10})
+    book.sync(schedules, now=utc(2026, 1, 1))
+    book.sync([], now=utc(2026, 1, 1, 0, 0, 5))  # a worker with other code started
+    assert not ScheduleRow.objects.exists()
+    assert book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 6)) == []
+    assert ScheduleRow.objects.get().handled_through == utc(2026, 1, 1, 0, 0, 6)
+    assert len(book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 10))) == 1
+
+
+def test_runworker_without_checks_still_refuses_a_bad_schedule():
+    env = {**os.environ, "JOBQUEUE_SCHEDULES": json.dumps({"nightly": {"job": "send_otp", "every": 0}})}
+    finished = subprocess.run(
+        [sys.executable, "manage.py", "runworker", "--skip-checks"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert finished.returncode == 1
+    assert "refusing to start: schedule 'nightly'" in finished.stderr
+    assert "Traceback" not in finished.stderr

@@ -63,11 +63,9 @@ def run_once(
         # Another request with the same token waits here (PostgreSQL: FOR UPDATE)
         # until this one commits, then finds its entry; SQLite under BEGIN
         # IMMEDIATE already holds the write lock for the whole transaction.
-        locked = Schedule.objects.using(book.using).select_for_update().filter(pk=row.pk)
-        if not list(locked.values_list("pk", flat=True)):
-            return None
-        if schedule_receipts(row.pk, receipt(token)).using(logs).exists():
-            return None
-        job = book.run_now(schedule)
-        log_ran_now(request, row, job, receipt(token))
+        job = book.run_now_once(
+            schedule, lambda: schedule_receipts(row.pk, receipt(token)).using(logs).exists()
+        )
+        if job is not None:
+            log_ran_now(request, row, job, receipt(token))
     return job

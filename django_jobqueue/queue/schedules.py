@@ -10,7 +10,7 @@ jobs for the fire times in between are inserted, or neither happens.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -126,6 +126,11 @@ class ScheduleBook:
         now = now or self.now()
         grace = float(jobqueue_settings.SCHEDULE_GRACE)
         rows = ops.schedule_rows(self.using, [s.name for s in schedules])
+        missing = [_entry(s) for s in schedules if s.name not in rows]
+        if missing:
+            # Deleted by a worker that no longer declares them (a rolling deploy):
+            # this one still does, so they start again from now.
+            ops.add_schedules(self.using, missing, now)
         fired = []
         for schedule in schedules:
             row = rows.get(schedule.name)
@@ -202,6 +207,19 @@ class ScheduleBook:
     def run_now(self, schedule: Declared) -> Job:
         """Enqueue one job of ``schedule`` to run now, besides its fire times; return it."""
         return self.client.push(schedule.job, schedule.payload, **_options(schedule))
+
+    def run_now_once(self, schedule: Declared, already_ran: Callable[[], bool]) -> Job | None:
+        """``run_now`` with the schedule's row locked, unless ``already_ran()`` says so there.
+
+        The caller's own transaction (a form's receipt, written after this
+        returns) decides once per request: two requests asking together are
+        served one after the other, and the second finds the first's receipt.
+        Return None if the row is gone or ``already_ran()``. Call inside
+        ``transaction.atomic()``, so that the lock lasts until the receipt commits.
+        """
+        if not ops.lock_schedule(self.using, schedule.name) or already_ran():
+            return None
+        return self.run_now(schedule)
 
     def rows(self) -> dict[str, Schedule]:
         return ops.schedule_rows(self.using)

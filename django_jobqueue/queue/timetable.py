@@ -30,6 +30,9 @@ from cronsim import CronSim
 # an every-minute schedule.
 MAX_CATCH_UP = 100
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Skipped cron fire times are counted (for the log) up to this many; `every`
+# ones are counted by arithmetic, however many.
+MAX_COUNTED = 10_000
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ class FirePlan:
 
     fire_times: tuple[datetime, ...]
     through: datetime
-    missed: int  # fire times past the grace that catch_up dropped
+    missed: int  # fire times past the grace that catch_up dropped (a cron line's: at most MAX_COUNTED)
 
 
 def plan_fires(schedule: Schedule, handled_through: datetime, now: datetime, grace: float) -> FirePlan | None:
@@ -173,7 +176,7 @@ def plan_fires(schedule: Schedule, handled_through: datetime, now: datetime, gra
             break
         else:
             dropped += 1
-            if dropped >= MAX_CATCH_UP:  # enough to report; the walk could be long
+            if dropped >= MAX_COUNTED:  # a walk of cron times this long only feeds a log line
                 break
     if through is None:
         return None

@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...conf import jobqueue_settings
 from ...loader import load_job_modules
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
+from ...schedules import ScheduleError, declared_schedules
 from ...worker.console import console_logging
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
 from ..arguments import database_alias
@@ -166,6 +167,11 @@ class Command(BaseCommand):
     def run(self, config: WorkerConfig) -> None:
         modules = load_job_modules()
         logger.info("loaded job modules: %s", ", ".join(modules) or "(none)")
+        if config.fire_schedules and not config.burst:
+            try:
+                declared_schedules()  # the system checks say the same, unless skipped
+            except ScheduleError as exc:
+                raise CommandError(f"refusing to start: {exc}") from None
         supervisor = run_worker(config)
         if supervisor.refused is not None:
             raise CommandError(f"refusing to start: {supervisor.refused}")

@@ -138,6 +138,16 @@ def note_next_fire(using: str, name: str, signature: str, next_fire_at: datetime
     ).update(next_fire_at=as_stored(next_fire_at))
 
 
+def lock_schedule(using: str, name: str) -> bool:
+    """Lock the schedule's row until the transaction ends; False if it has none.
+
+    PostgreSQL: ``FOR UPDATE``. SQLite has no row locks: its writers take
+    turns (the documented ``transaction_mode: IMMEDIATE`` starts the turn at BEGIN).
+    """
+    rows = Schedule.objects.using(using).select_for_update().filter(name=name)
+    return bool(list(rows.values_list("pk", flat=True)))
+
+
 def set_paused(using: str, names: Iterable[str], paused: bool, now: datetime) -> list[str]:
     """Pause or resume schedules; return the names whose state changed.
 
