@@ -6,7 +6,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test import Client
 
 from django_jobqueue import QueueClient, registry
 from django_jobqueue.models import Job
@@ -109,3 +111,29 @@ def received(conn: Any) -> list[str]:
 
 # The worker tests' fixtures: start_worker (a real runworker process) and events_path.
 from tests.worker_support import events_path, start_worker  # noqa: E402, F401
+
+# -- the admin's users ---------------------------------------------------------------
+
+
+@pytest.fixture
+def login(queue: QueueClient, django_user_model: Any) -> Callable[..., Client]:
+    """``login("name", "view_job", ...)``: a client logged in as staff with those permissions."""
+
+    def make(username: str, *codenames: str, superuser: bool = False, staff: bool = True) -> Client:
+        user = django_user_model.objects.create_user(
+            username, password="pw", is_staff=staff, is_superuser=superuser
+        )
+        for codename in codenames:
+            user.user_permissions.add(
+                Permission.objects.get(codename=codename, content_type__app_label="django_jobqueue")
+            )
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def operator(login: Callable[..., Client]) -> Client:
+    return login("root", superuser=True)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
-from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -48,30 +47,6 @@ def messages_of(response: Any) -> list[str]:
 
 
 # -- fixtures --------------------------------------------------------------------
-
-
-@pytest.fixture
-def login(queue: QueueClient, django_user_model: Any) -> Callable[..., Client]:
-    """``login("name", "view_job", ...)``: a client logged in as staff with those permissions."""
-
-    def make(username: str, *codenames: str, superuser: bool = False, staff: bool = True) -> Client:
-        user = django_user_model.objects.create_user(
-            username, password="pw", is_staff=staff, is_superuser=superuser
-        )
-        for codename in codenames:
-            user.user_permissions.add(
-                Permission.objects.get(codename=codename, content_type__app_label="django_jobqueue")
-            )
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
-def operator(login: Callable[..., Client]) -> Client:
-    return login("root", superuser=True)
 
 
 VIEW_ONLY = ("view_job", "view_deadletter", "view_worker")

@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
-from django.contrib.auth.models import Permission
 from django.db import connections
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_jobqueue import QueueClient, job, registry
+from django_jobqueue import job, registry
 from django_jobqueue.models import Job, Schedule
 from django_jobqueue.queue.schedules import ScheduleBook
 from django_jobqueue.schedules import declared_schedules
@@ -85,28 +84,6 @@ def declared(unregistered: Callable[..., None]) -> Iterator[None]:
         yield
     registry.unregister(REPORT)
     registry.unregister(PING)
-
-
-@pytest.fixture
-def login(queue: QueueClient, django_user_model: Any) -> Callable[..., Client]:
-    def make(username: str, *codenames: str, superuser: bool = False) -> Client:
-        user = django_user_model.objects.create_user(
-            username, password="pw", is_staff=True, is_superuser=superuser
-        )
-        for codename in codenames:
-            user.user_permissions.add(
-                Permission.objects.get(codename=codename, content_type__app_label="django_jobqueue")
-            )
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
-
-
-@pytest.fixture
-def operator(login: Callable[..., Client]) -> Client:
-    return login("root", superuser=True)
 
 
 @pytest.fixture
