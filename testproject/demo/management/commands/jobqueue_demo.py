@@ -16,6 +16,7 @@ import sqlite3
 import sys
 import time
 from argparse import ArgumentParser
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -24,6 +25,7 @@ from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
+from django.utils import timezone
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -173,7 +175,7 @@ class Command(BaseCommand):
                 clock.start()
             _drain(console, fleet, total=users, timeout=options["timeout"])
             drain_time = time.monotonic() - drain_started
-            _wait_for_fires(clock, timeout=options["timeout"])
+            _wait_for_fires(clock, drained_at=timezone.now(), timeout=options["timeout"])
         except KeyboardInterrupt:
             raise CommandError("interrupted: the workers were sent SIGTERM and have exited") from None
         finally:
@@ -320,11 +322,14 @@ def _drain(console: Console, fleet: WorkerFleet, *, total: int, timeout: float) 
             fleet.stop()
 
 
-def _wait_for_fires(clock: WorkerFleet, *, timeout: float) -> None:
-    """Wait until the periodic job has fired ``MIN_FIRES`` times and each job ran.
+def _wait_for_fires(clock: WorkerFleet, *, drained_at: datetime, timeout: float) -> None:
+    """Wait until the periodic job has fired ``MIN_FIRES`` times, once after the drain, and each job ran.
 
-    Return early in the fire interval, so that the workers stop before the
-    next fire time and leave no job of it behind.
+    The summary of a fire time after ``drained_at`` sees every OTP job's end.
+
+    Return early in the fire interval, so that the workers usually stop before
+    the next fire time; a job of one that comes anyway is run by
+    ``_run_last_summaries``.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -333,8 +338,12 @@ def _wait_for_fires(clock: WorkerFleet, *, timeout: float) -> None:
                 f"{worker.worker_id} exited with status {code}; the end of its log:\n"
                 + log_tail(worker.log_path)
             )
-        states = list(Job.objects.filter(name=queue_summary.name).values_list("status", flat=True))
-        settled = len(states) >= MIN_FIRES and all(status == "done" for status in states)
+        jobs = list(Job.objects.filter(name=queue_summary.name).values_list("status", "run_at"))
+        settled = (
+            len(jobs) >= MIN_FIRES
+            and all(status == "done" for status, _ in jobs)
+            and any(run_at > drained_at for _, run_at in jobs)
+        )
         if settled and EVERY - time.time() % EVERY > EVERY / 3:
             return
         if time.monotonic() > deadline:
