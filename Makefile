@@ -28,6 +28,11 @@ SQLITE_TEST_FILE_DJ6 ?= $(if $(SQLITE_TEST_FILE),$(SQLITE_TEST_FILE).dj6,$(CURDI
 # TEST_JOBS=2 runs the SQLite and PostgreSQL suites side by side. Two PostgreSQL
 # suites never run at once: their workers together would pass max_connections.
 TEST_JOBS ?= 1
+# The Django 6 suites leave out the tests marked `slow`: fault scenarios of
+# worker processes under kills, outages and races, whose code paths do not
+# depend on Django's version. DJ6_ALL=1 runs them on Django 6 too.
+DJ6_ALL ?=
+DJ6_MARKERS := $(if $(DJ6_ALL),,-m 'not slow')
 SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite)
 POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres)
 
@@ -63,7 +68,7 @@ test-sqlite: $(BIN)/.installed
 	env -u DATABASE_URL $(BIN)/pytest $(PYTEST_ARGS)
 
 test-dj6-sqlite: $(BIN_DJ6)/.installed
-	env -u DATABASE_URL SQLITE_TEST_FILE=$(SQLITE_TEST_FILE_DJ6) $(BIN_DJ6)/pytest $(PYTEST_ARGS)
+	env -u DATABASE_URL SQLITE_TEST_FILE=$(SQLITE_TEST_FILE_DJ6) $(BIN_DJ6)/pytest $(DJ6_MARKERS) $(PYTEST_ARGS)
 
 tests-sqlite:
 	$(call run_suites,$(SQLITE_SUITES))
@@ -80,7 +85,7 @@ test-postgres: $(BIN)/.installed
 	DATABASE_URL=$(PG_URL) $(BIN)/pytest $(PYTEST_ARGS)
 
 test-dj6-postgres: $(BIN_DJ6)/.installed
-	DATABASE_URL=$(PG_URL_DJ6) $(BIN_DJ6)/pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(PG_URL_DJ6) $(BIN_DJ6)/pytest $(DJ6_MARKERS) $(PYTEST_ARGS)
 
 tests-postgres:
 	$(call run_suites,$(POSTGRES_SUITES))
