@@ -82,7 +82,7 @@ from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
 from .completer import Answer, Completer, Report
 from .context import JobContext
-from .outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
+from .outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .outcomes import Action, Outcome
 
 logger = logging.getLogger(__name__)
@@ -270,11 +270,9 @@ class Executor:
         queried = probe.queried if probe else self.client.using in _this_thread.opened
         # A Django Task's slot waits for its ack: the task_finished signal it sends tells the outcome.
         wait = task_run is not None
-        outcome = self._record(job, verdict, duration, queried, wait)
-        while outcome is Outcome.UNRECORDED and self._sat_out(
-            f"job {job.pk}'s outcome could not be recorded"
-        ):
-            outcome = self._record(job, verdict, duration, queried, wait)
+        outcome, again = self._record(job, verdict, duration, queried, wait)
+        while again and self._sat_out(f"job {job.pk}'s outcome could not be recorded"):
+            outcome, again = self._record(job, verdict, duration, queried, wait)
         if outcome is not Outcome.PENDING:
             self._log(job, duration, outcome, verdict.error, verdict.delay)
             if task_run is not None:
@@ -353,16 +351,24 @@ class Executor:
             return verdict
         return replace(verdict, delay=self.client.backoff(job.attempts))
 
-    def _record(self, job: Job, verdict: Verdict, duration: float, queried: bool, wait: bool) -> Outcome:
-        """Tell the queue ``verdict``; return the outcome, ``UNRECORDED`` if the database failed."""
+    def _record(
+        self, job: Job, verdict: Verdict, duration: float, queried: bool, wait: bool
+    ) -> tuple[Outcome, bool]:
+        """Tell the queue ``verdict``; return the outcome, and whether to write it again.
+
+        The outcome is ``UNRECORDED`` if the database failed. Under runworker a
+        slot writes it again once it reconnects, when the failure was the
+        connection's; a write the database refuses (a constraint, a trigger)
+        would be refused again, so the claim is left to expire instead.
+        """
         try:
             if verdict.action is Action.ACK:
-                return self._ack(job, verdict.result, duration, queried, wait)
+                return self._ack(job, verdict.result, duration, queried, wait), False
             if verdict.action is Action.FAIL:
                 failed = self.client.fail(
                     job, worker_id=self.worker_id, error=verdict.error, traceback=verdict.traceback
                 )
-                return Outcome.DEAD if failed else Outcome.LOST
+                return (Outcome.DEAD if failed else Outcome.LOST), False
             nacked = self.client.nack(
                 job,
                 worker_id=self.worker_id,
@@ -372,12 +378,12 @@ class Executor:
             )
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            # Under runworker the slot sits out and writes it again once it can connect.
-            self._log_unrecorded(job, exc, retried=self.shortage is not None)
-            return Outcome.UNRECORDED
+            again = self.shortage is not None and isinstance(exc, CONNECTION_ERRORS)
+            self._log_unrecorded(job, exc, retried=again)
+            return Outcome.UNRECORDED, again
         if not nacked:
-            return Outcome.LOST
-        return Outcome.DEAD if job.attempts >= job.max_attempts else Outcome.RETRY
+            return Outcome.LOST, False
+        return (Outcome.DEAD if job.attempts >= job.max_attempts else Outcome.RETRY), False
 
     def _ack(self, job: Job, result: Any, duration: float, queried: bool, wait: bool) -> Outcome:
         """Ack ``job`` with ``result``: the one place that decides how an ack is written.

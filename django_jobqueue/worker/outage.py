@@ -8,7 +8,7 @@ import threading
 import time
 import traceback
 
-from django.db import DatabaseError, InterfaceError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 logger = logging.getLogger(__name__)
 
@@ -16,6 +16,11 @@ logger = logging.getLogger(__name__)
 # (say, a missing migration) is a DatabaseError too: it is logged and retried
 # with the same backoff rather than crash-looping the process.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, InterfaceError)
+# Of those, what a connection that broke, was refused or timed out raises (and
+# SQLite's "database is locked"): a write that failed so may succeed once
+# reconnected. Any other DatabaseError (a constraint, a trigger, bad data) is
+# the database refusing that write, and would refuse it again.
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 FIRST_DELAY = 0.25  # seconds: a terminated backend is usually back at once
 MAX_DELAY = 30.0
