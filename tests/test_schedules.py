@@ -245,22 +245,30 @@ def test_job_refuses_cron_and_every_together():
         job(name="tests.schedules.both", cron="* * * * *", every=60)
 
 
-def test_runworker_refuses_to_start_with_a_bad_schedule():
-    env = {
-        **os.environ,
-        "JOBQUEUE_SCHEDULES": json.dumps({"nightly": {"job": "send_otp", "cron": "0 25 * * *"}}),
-    }
-    finished = subprocess.run(
-        [sys.executable, "manage.py", "runworker", "--burst"],
+def runworker(schedules: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py runworker`` in its own process, with ``schedules`` as its JOBQUEUE['SCHEDULES']."""
+    return subprocess.run(
+        [sys.executable, "manage.py", "runworker", *args],
         cwd=Path(__file__).resolve().parent.parent,
-        env=env,
+        env={**os.environ, "JOBQUEUE_SCHEDULES": json.dumps(schedules)},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_runworker_refuses_to_start_with_a_bad_schedule():
+    finished = runworker({"nightly": {"job": "send_otp", "cron": "0 25 * * *"}}, "--burst")
     assert finished.returncode != 0
     assert "django_jobqueue.E011" in finished.stderr and "schedule 'nightly'" in finished.stderr
     assert "started" not in finished.stderr
+
+
+def test_runworker_without_checks_still_refuses_a_bad_schedule():
+    finished = runworker({"nightly": {"job": "send_otp", "every": 0}}, "--skip-checks")
+    assert finished.returncode == 1
+    assert "refusing to start: schedule 'nightly'" in finished.stderr
+    assert "Traceback" not in finished.stderr
 
 
 # -- the book: rows, fires, pauses, with the clock passed in -------------------------
@@ -417,18 +425,3 @@ def test_a_row_deleted_by_a_worker_that_no_longer_declares_it_comes_back(book):
     assert book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 6)) == []
     assert ScheduleRow.objects.get().handled_through == utc(2026, 1, 1, 0, 0, 6)
     assert len(book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 10))) == 1
-
-
-def test_runworker_without_checks_still_refuses_a_bad_schedule():
-    env = {**os.environ, "JOBQUEUE_SCHEDULES": json.dumps({"nightly": {"job": "send_otp", "every": 0}})}
-    finished = subprocess.run(
-        [sys.executable, "manage.py", "runworker", "--skip-checks"],
-        cwd=Path(__file__).resolve().parent.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert finished.returncode == 1
-    assert "refusing to start: schedule 'nightly'" in finished.stderr
-    assert "Traceback" not in finished.stderr
