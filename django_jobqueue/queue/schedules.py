@@ -10,7 +10,7 @@ jobs for the fire times in between are inserted, or neither happens.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,7 +20,7 @@ from ..conf import jobqueue_settings
 from ..models import Job, Schedule
 from .client import QueueClient
 from .ops import schedules as ops
-from .timetable import FirePlan, plan_fires
+from .timetable import FirePlan, plan_fires, timing
 from .timetable import Schedule as Declared
 
 logger = logging.getLogger(__name__)
@@ -88,11 +88,11 @@ class ScheduleBook:
         now = now or self.now()
         with transaction.atomic(using=self.using):
             rows = ops.schedule_rows(self.using)
-            ops.add_schedules(self.using, [_entry(s) for s in schedules if s.name not in rows], now)
+            self._add_missing(schedules, rows, now)
             for schedule in schedules:
                 row = rows.get(schedule.name)
                 if row is not None and row.signature != schedule.signature:
-                    restart = _timing(row.definition) != schedule.timing
+                    restart = timing(row.definition) != schedule.timing
                     if ops.redefine_schedule(self.using, _entry(schedule), now, restart=restart):
                         logger.info(
                             "schedule %s changed: %s%s",
@@ -112,10 +112,19 @@ class ScheduleBook:
         workers that run other code (a rolling deploy), until they restart.
         """
         rows = ops.schedule_rows(self.using, [s.name for s in schedules])
+        if any(s.name not in rows for s in schedules):
+            self._add_missing(schedules, rows, now or self.now())
+
+    def _add_missing(
+        self, schedules: Sequence[Declared], rows: Mapping[str, Schedule], now: datetime
+    ) -> None:
+        """Insert a row starting from ``now`` for each schedule not in ``rows``.
+
+        One INSERT that skips a name inserted meanwhile by another process.
+        """
         missing = [_entry(s) for s in schedules if s.name not in rows]
         if missing:
-            # One INSERT that skips a name inserted meanwhile: no transaction needed.
-            ops.add_schedules(self.using, missing, now or self.now())
+            ops.add_schedules(self.using, missing, now)
 
     def fire_due(self, schedules: Sequence[Declared], now: datetime | None = None) -> list[Fired]:
         """Enqueue the jobs of every fire time that came and no worker has handled yet.
@@ -126,11 +135,9 @@ class ScheduleBook:
         now = now or self.now()
         grace = float(jobqueue_settings.SCHEDULE_GRACE)
         rows = ops.schedule_rows(self.using, [s.name for s in schedules])
-        missing = [_entry(s) for s in schedules if s.name not in rows]
-        if missing:
-            # Deleted by a worker that no longer declares them (a rolling deploy):
-            # this one still does, so they start again from now.
-            ops.add_schedules(self.using, missing, now)
+        # A row deleted by a worker that no longer declares it (a rolling
+        # deploy): this one still does, so it starts again from now.
+        self._add_missing(schedules, rows, now)
         fired = []
         for schedule in schedules:
             row = rows.get(schedule.name)
@@ -232,10 +239,6 @@ def _entry(schedule: Declared) -> dict[str, object]:
         "definition": schedule.definition(),
         "signature": schedule.signature,
     }
-
-
-def _timing(definition: dict[str, object]) -> str:
-    return f"{definition.get('cron')}|{definition.get('every')}|{definition.get('timezone')}"
 
 
 def _options(schedule: Declared) -> dict[str, object]:

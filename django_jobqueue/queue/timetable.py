@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -86,7 +86,7 @@ class Schedule:
     @property
     def timing(self) -> str:
         """What sets the fire times; when it changes, the schedule starts again from now."""
-        return f"{self.cron}|{self.every}|{self.timezone}"
+        return timing(self.definition())
 
     # -- fire times --------------------------------------------------------------
 
@@ -131,6 +131,11 @@ class Schedule:
                 return
             if not local.fold:
                 yield local.astimezone(UTC)
+
+
+def timing(definition: Mapping[str, Any]) -> str:
+    """The part of a stored ``definition()`` that sets the fire times: cron, every, time zone."""
+    return f"{definition.get('cron')}|{definition.get('every')}|{definition.get('timezone')}"
 
 
 @dataclass(frozen=True)

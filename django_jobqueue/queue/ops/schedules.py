@@ -19,10 +19,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from ...models import Schedule
 from ..engines import engine_for
+from ..rows import to_datetime
 
 
 def database_now(using: str) -> datetime:
@@ -30,14 +30,9 @@ def database_now(using: str) -> datetime:
     connection = connections[using]
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {engine_for(connection).now}", [])
-        value = cursor.fetchone()[0]
-    if isinstance(value, str):  # SQLite: the text Django stores
-        parsed = parse_datetime(value)
-        assert parsed is not None, value
-        value = parsed
-    if timezone.is_naive(value):
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+        now = as_utc(to_datetime(cursor.fetchone()[0]))
+    assert now is not None
+    return now
 
 
 def as_stored(moment: datetime) -> datetime:
