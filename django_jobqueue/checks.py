@@ -13,6 +13,7 @@ from .queue.validation import (
     check_max_attempts,
     check_poll_interval,
     check_queue,
+    check_timeout,
     check_visibility_timeout,
 )
 from .schedules import schedule_problems
@@ -57,6 +58,17 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
         check_visibility_timeout(jobqueue_settings.VISIBILITY_TIMEOUT, "VISIBILITY_TIMEOUT")
     except ValueError as exc:
         errors.append(Error(f"JOBQUEUE['VISIBILITY_TIMEOUT']: {exc}.", id="django_jobqueue.E005"))
+    if jobqueue_settings.TIMEOUT is not None:
+        try:
+            check_timeout(jobqueue_settings.TIMEOUT, "TIMEOUT")
+        except ValueError as exc:
+            errors.append(
+                Error(
+                    f"JOBQUEUE['TIMEOUT']: {exc}.",
+                    hint="Seconds (or a timedelta) up to 7 days, or None for no limit.",
+                    id="django_jobqueue.E013",
+                )
+            )
     positive = (
         "BACKOFF_BASE",
         "BACKOFF_MAX",

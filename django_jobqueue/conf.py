@@ -15,6 +15,8 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "DEFAULT_QUEUE": "default",
     "VISIBILITY_TIMEOUT": 30.0,
+    # Seconds one attempt of a job may run, for jobs whose @job and enqueue give none; None = no limit.
+    "TIMEOUT": None,
     "MAX_ATTEMPTS": 5,
     "BACKOFF_BASE": 1.0,
     "BACKOFF_MAX": 3600.0,
@@ -42,6 +44,7 @@ class JobQueueSettings:
     DATABASE: str
     DEFAULT_QUEUE: str
     VISIBILITY_TIMEOUT: float
+    TIMEOUT: float | None
     MAX_ATTEMPTS: int
     BACKOFF_BASE: float
     BACKOFF_MAX: float

@@ -16,6 +16,7 @@ from .queue.validation import (
     check_name,
     check_priority,
     check_queue,
+    check_timeout,
     check_visibility_timeout,
 )
 
@@ -47,9 +48,13 @@ class JobFunction:
         delay: timedelta | float | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        timeout: timedelta | float | None = None,
         database: str | None = None,
     ) -> BoundJob:
-        """Return this job with options for one enqueue: ``.using(queue="urgent").enqueue(...)``."""
+        """Return this job with options for one enqueue: ``.using(queue="urgent").enqueue(...)``.
+
+        An option left as ``None`` keeps the job's default; ``enqueue`` checks them.
+        """
         options = {
             "queue": queue,
             "priority": priority,
@@ -57,6 +62,7 @@ class JobFunction:
             "delay": delay,
             "unique_key": unique_key,
             "max_attempts": max_attempts,
+            "timeout": timeout,
         }
         return BoundJob(self.name, {k: v for k, v in options.items() if v is not None}, database)
 
@@ -85,6 +91,7 @@ def job(
     priority: int | None = None,
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
+    timeout: timedelta | float | None = None,
     takes_context: bool = False,
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
     cron: str | None = None,
@@ -101,6 +108,7 @@ def job(
     priority: int | None = None,
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
+    timeout: timedelta | float | None = None,
     takes_context: bool = False,
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
     cron: str | None = None,
@@ -111,7 +119,10 @@ def job(
     The options are the defaults of every job of that name, also when it is
     enqueued by name. ``fail_on`` names exception classes (one, or several in a
     tuple or list) that send a run to the dead letters at once, as ``Fail``
-    does, instead of retrying it. Raise ``ValueError`` for a bad option or a
+    does, instead of retrying it. ``timeout`` (seconds or a ``timedelta``, up
+    to 7 days) is how long one attempt may run before the worker ends it as
+    timed out; ``None`` leaves it to ``JOBQUEUE["TIMEOUT"]``. Raise
+    ``ValueError`` for a bad option or a
     name taken by another function, ``TypeError`` for a ``fail_on`` that is not
     exception classes.
 
@@ -133,6 +144,7 @@ def job(
             visibility_timeout=(
                 check_visibility_timeout(visibility_timeout) if visibility_timeout is not None else None
             ),
+            timeout=check_timeout(timeout) if timeout is not None else None,
             takes_context=bool(takes_context),
             fail_on=check_fail_on(fail_on),
             schedule=schedule,

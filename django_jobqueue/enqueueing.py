@@ -24,13 +24,17 @@ def enqueue(
     delay: timedelta | float | None = None,
     unique_key: str | None = None,
     max_attempts: int | None = None,
+    timeout: timedelta | float | None = None,
     using: str | None = None,
 ) -> Job:
     """Enqueue the job ``name`` with ``payload`` (a JSON object) and return it.
 
     Options left as ``None`` come from the job's ``@job`` defaults, then from
-    settings. Raise ``JobPayloadError`` for a payload the queue cannot store and
-    ``ValueError`` for a bad option, before anything is written.
+    settings. ``timeout`` is how long one attempt may run (seconds or a
+    ``timedelta``, up to 7 days); left as ``None`` it is the ``@job``'s, else
+    ``JOBQUEUE["TIMEOUT"]`` (``None``: no limit). Raise ``JobPayloadError``
+    for a payload the queue cannot store and ``ValueError`` for a bad option,
+    before anything is written.
     """
     return QueueClient(using).push(
         name,
@@ -41,6 +45,7 @@ def enqueue(
         delay=delay,
         unique_key=unique_key,
         max_attempts=max_attempts,
+        timeout=timeout,
     )
 
 

@@ -33,6 +33,10 @@ class Job(models.Model):
     attempts = models.IntegerField(default=0, help_text="claims so far")
     max_attempts = models.IntegerField()
     visibility_timeout = models.FloatField(help_text="seconds a claim lasts without a heartbeat")
+    # Fixed at enqueue like visibility_timeout: the worker ends an attempt that runs longer.
+    timeout = models.FloatField(
+        null=True, blank=True, help_text="seconds one attempt may run; empty = no limit"
+    )
     run_at = models.DateTimeField()
     locked_by = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = unowned
     locked_until = models.DateTimeField(null=True, blank=True)
@@ -121,6 +125,10 @@ class DeadLetter(models.Model):
     attempts = models.IntegerField()
     max_attempts = models.IntegerField()
     visibility_timeout = models.FloatField()
+    # The job's time limit, kept so that a retry restores it.
+    timeout = models.FloatField(
+        null=True, blank=True, help_text="seconds one attempt may run; empty = no limit"
+    )
     enqueued_at = models.DateTimeField(help_text="when the job was first enqueued")
     worker_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     error = models.TextField(blank=True, default="")

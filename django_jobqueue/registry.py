@@ -29,6 +29,8 @@ class JobSpec:
     priority: int | None = None
     max_attempts: int | None = None
     visibility_timeout: float | None = None
+    # Seconds one attempt may run; None = the TIMEOUT setting's (itself None = no limit).
+    timeout: float | None = None
     takes_context: bool = False
     fail_on: tuple[type[BaseException], ...] = ()
     # @job(cron=...) / @job(every=...): {"cron": ...} or {"every": ...}, a

@@ -26,7 +26,7 @@ from ..models import DeadLetter
 from ..queue import RetriedDeadLetter
 from .audit import log_deleted, log_retried
 from .base import OperatorAdmin, parse_id
-from .display import EMPTY, cut, preformatted, pretty_payload, seconds, timestamp, with_relative
+from .display import EMPTY, cut, preformatted, pretty_payload, seconds, time_limit, timestamp, with_relative
 from .filters import FailedFilter, NameFilter, QueueFilter
 from .jobs import plural
 
@@ -56,7 +56,10 @@ class DeadLetterAdmin(OperatorAdmin):
     actions = ("retry", "delete_letters")
     fieldsets = (
         (None, {"fields": ("id", "name", "queue", "original_job", "priority", "attempts_of_max")}),
-        ("Failure", {"fields": ("failed_when", "worker_id", "enqueued", "claim_timeout")}),
+        (
+            "Failure",
+            {"fields": ("failed_when", "worker_id", "enqueued", "claim_timeout", "attempt_time_limit")},
+        ),
         ("Payload", {"fields": ("payload_json",)}),
         ("Error", {"fields": ("error_text",)}),
         ("Traceback", {"fields": ("traceback_text",)}),
@@ -122,6 +125,10 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.display(description="visibility timeout")
     def claim_timeout(self, letter: DeadLetter) -> str:
         return seconds(letter.visibility_timeout)
+
+    @admin.display(description="time limit")
+    def attempt_time_limit(self, letter: DeadLetter) -> str:
+        return time_limit(letter.timeout)
 
     @admin.display(description="payload")
     def payload_json(self, letter: DeadLetter) -> SafeString:

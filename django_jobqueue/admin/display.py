@@ -101,6 +101,11 @@ def seconds(value: float | None) -> str:
     return f"{value:,.3f}".rstrip("0").rstrip(".") + " s"
 
 
+def time_limit(value: float | None) -> str:
+    """A job's per-attempt time limit: its seconds, or "no limit" for NULL."""
+    return "no limit" if value is None else seconds(value)
+
+
 def cut(text: str | None) -> SafeString | str:
     """A list cell's text, cut to the column's width by CSS, whole in its tooltip."""
     if not text:

@@ -31,6 +31,7 @@ from .display import (
     pretty_payload,
     relative,
     seconds,
+    time_limit,
     timestamp,
     with_relative,
 )
@@ -69,7 +70,10 @@ class JobAdmin(OperatorAdmin):
             None,
             {"fields": ("id", "name", "queue", "status_detail", "priority", "attempts_of_max", "unique_key")},
         ),
-        ("Claim", {"fields": ("locked_by", "claim_deadline", "claim_token", "claim_timeout")}),
+        (
+            "Claim",
+            {"fields": ("locked_by", "claim_deadline", "claim_token", "claim_timeout", "attempt_time_limit")},
+        ),
         ("Times", {"fields": ("enqueued", "runs_at", "finished")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Last error", {"fields": ("last_error_text", "last_traceback_text")}),
@@ -134,6 +138,10 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="visibility timeout")
     def claim_timeout(self, job: Job) -> str:
         return seconds(job.visibility_timeout)
+
+    @admin.display(description="time limit")
+    def attempt_time_limit(self, job: Job) -> str:
+        return time_limit(job.timeout)
 
     @admin.display(description="enqueued at")
     def enqueued(self, job: Job) -> SafeString | str:

@@ -6,9 +6,10 @@ Code outside ``queue/`` imports from here, never from ``ops`` or ``engines``:
 
 from .client import QueueClient
 from .engines import engine_for
-from .ops import NOTIFY_CHANNEL, DeletedDeadLetter, JobChange, RetriedDeadLetter
+from .ops import CANCEL_CHANNEL, NOTIFY_CHANNEL, DeletedDeadLetter, JobChange, RetriedDeadLetter
 
 __all__ = [
+    "CANCEL_CHANNEL",
     "NOTIFY_CHANNEL",
     "DeletedDeadLetter",
     "JobChange",

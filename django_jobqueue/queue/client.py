@@ -273,6 +273,18 @@ class QueueClient:
         claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
         return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout))
 
+    def ended_claims(self, jobs: Sequence[Job]) -> dict[int, str]:
+        """Which claims of running ``jobs`` (as ``pull`` returned them) have ended: a worker's cancel watch.
+
+        Return the id of each job whose claim is no longer current, mapped to
+        ``"cancelled"`` if the job was cancelled, else ``"lost"`` (its claim
+        expired and the job was claimed again, it finished, or it is gone).
+        Jobs whose claims still hold are left out. One read per 500 jobs, no
+        write; no query at all for no jobs.
+        """
+        claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
+        return ops.ended_claims(self.using, claims) if claims else {}
+
     def register_worker(
         self,
         worker_id: str,

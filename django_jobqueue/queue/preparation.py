@@ -22,6 +22,7 @@ from .validation import (
     check_priority,
     check_queue,
     check_run_at,
+    check_timeout,
     check_unique_key,
     check_visibility_timeout,
     encode_payload_and_copy,
@@ -29,7 +30,7 @@ from .validation import (
 )
 
 ENQUEUE_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "unique_key", "max_attempts", "visibility_timeout"}
+    {"queue", "priority", "run_at", "delay", "unique_key", "max_attempts", "visibility_timeout", "timeout"}
 )
 
 # A batch item: a job's name, its payload and its enqueue options.
@@ -50,6 +51,8 @@ _DEFAULTED: dict[str, Callable[[Any], Any]] = {
     "priority": check_priority,
     "max_attempts": check_max_attempts,
     "visibility_timeout": check_visibility_timeout,
+    # The one option whose default may be None: no time limit.
+    "timeout": lambda value: None if value is None else check_timeout(value),
 }
 
 
@@ -70,23 +73,24 @@ class JobPreparer:
             "priority": 0,
             "max_attempts": configured["MAX_ATTEMPTS"],
             "visibility_timeout": configured["VISIBILITY_TIMEOUT"],
+            "timeout": configured["TIMEOUT"],
         }
         self._max_payload_bytes = configured["MAX_PAYLOAD_BYTES"]
         self._specs: dict[str, registry.JobSpec | None] = {}
         self._defaults: dict[tuple[str, str], Any] = {}
-        # Per name, the checked queue, priority, max_attempts and visibility_timeout
-        # of a job given no options, once one such job of that name was prepared,
+        # Per name, the checked queue, priority, max_attempts, visibility_timeout
+        # and timeout of a job given no options, once one such job of that name was prepared,
         # the registered function's call shape (None if not registered here) and
         # the payload keys (in their order) found to fit it.
         self._plain: dict[
-            str, tuple[str, int, int, float, registry.CallShape | None, set[tuple[str, ...]]]
+            str, tuple[str, int, int, float, float | None, registry.CallShape | None, set[tuple[str, ...]]]
         ] = {}
 
     def prepare(self, name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> NewJob:
         """Validate one job and fill in its defaults (see ``prepare_job``)."""
         if not options and type(name) is str and name in self._plain:
             # The name and its defaults passed their checks before: the payload is all there is to check.
-            queue, priority, max_attempts, visibility_timeout, shape, fitting = self._plain[name]
+            queue, priority, max_attempts, visibility_timeout, timeout, shape, fitting = self._plain[name]
             payload = {} if payload is None else payload
             text, copy = encode_payload_and_copy(payload, self._max_payload_bytes)
             # A batch's payloads mostly share their keys: each set of keys is checked once.
@@ -95,7 +99,18 @@ class JobPreparer:
                 fitting.add(tuple(payload))
             # Positional, in NewJob's field order: the one path every job of a big batch takes.
             return NewJob(
-                name, queue, text, priority, max_attempts, visibility_timeout, None, 0.0, None, "", copy
+                name,
+                queue,
+                text,
+                priority,
+                max_attempts,
+                visibility_timeout,
+                timeout,
+                None,
+                0.0,
+                None,
+                "",
+                copy,
             )
         new = self._resolve(name, payload, options)
         if not options:
@@ -107,6 +122,7 @@ class JobPreparer:
                 new.priority,
                 new.max_attempts,
                 new.visibility_timeout,
+                new.timeout,
                 shape,
                 no_keys_yet,
             )
@@ -136,6 +152,7 @@ class JobPreparer:
             priority=self._option(name, spec, options, "priority"),
             max_attempts=self._option(name, spec, options, "max_attempts"),
             visibility_timeout=self._option(name, spec, options, "visibility_timeout"),
+            timeout=self._option(name, spec, options, "timeout"),
             run_at=check_run_at(run_at) if run_at is not None else None,
             delay=to_seconds(delay, "delay") if delay is not None else 0.0,
             unique_key=check_unique_key(unique_key) if unique_key is not None else None,

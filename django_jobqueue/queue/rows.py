@@ -33,6 +33,10 @@ def _to_json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+def _to_float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def to_datetime(value: Any) -> datetime | None:
     """A datetime as a raw row holds it (SQLite: naive UTC text) -> aware under ``USE_TZ``."""
     if value is None:
@@ -58,7 +62,8 @@ def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
     if isinstance(field, models.DateTimeField):
         return to_datetime
     if isinstance(field, models.FloatField):
-        return float  # SQLite returns 30 for 30.0
+        # SQLite returns 30 for 30.0; a nullable one (timeout) may be NULL.
+        return _to_float_or_none if field.null else float
     return None
 
 

@@ -34,6 +34,9 @@ MAX_PAYLOAD_DEPTH = 100
 # database round trip that may queue behind others: below a second, a busy
 # worker's beats come too late and every job it runs is handed out again.
 MIN_VISIBILITY_TIMEOUT = 1.0
+# An attempt's time limit: a week is longer than any job a queue should run in
+# one attempt; a larger value is far more likely a unit mistake (milliseconds).
+MAX_TIMEOUT_SECONDS = 7 * 86400.0
 # A run_at before the Unix epoch has no meaning for a queue (fire times count
 # from it); one beyond MAX_DELAY_SECONDS from now cannot be shown in every
 # time zone (year 9999 overflows when converted).
@@ -142,6 +145,32 @@ def check_visibility_timeout(value: object, what: str = "visibility_timeout") ->
         raise ValueError(
             f"{what} must be at least {MIN_VISIBILITY_TIMEOUT:g} second, got {seconds:g}: "
             "a shorter claim expires before the heartbeat can extend it"
+        )
+    return seconds
+
+
+def check_timeout(value: object, what: str = "timeout") -> float:
+    """Return an attempt's time limit in seconds: more than 0, at most ``MAX_TIMEOUT_SECONDS``.
+
+    ``value`` is a ``timedelta`` or a number of seconds. Raise ``ValueError``
+    naming ``what`` otherwise (NaN and infinity included).
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            raise ValueError(f"{what} of {len(str(value))} digits is more than 7 days") from None
+    else:
+        raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be a finite number of seconds, got {value}")
+    if seconds <= 0:
+        raise ValueError(f"{what} must be more than 0 seconds, got {seconds:g}")
+    if seconds > MAX_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"{what} must be at most {MAX_TIMEOUT_SECONDS:.0f} seconds (7 days), got {seconds:.0f}"
         )
     return seconds
 

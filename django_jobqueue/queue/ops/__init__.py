@@ -23,6 +23,7 @@ from .claims import (
     claim_round,
     complete,
     complete_many,
+    ended_claims,
     extend,
     extend_claims,
     release,
@@ -39,11 +40,12 @@ from .dead_letters import (
 )
 from .enqueue import insert_jobs
 from .operator import JobChange, cancel_jobs, run_jobs_now
-from .tables import NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
+from .tables import CANCEL_CHANNEL, NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
 from .upkeep import prune, tick_timeouts
 from .workers import beat_worker, live_worker, prune_workers, register_worker, unregister_worker
 
 __all__ = [
+    "CANCEL_CHANNEL",
     "NOTIFY_CHANNEL",
     "ROWS_PER_STATEMENT",
     "DeletedDeadLetter",
@@ -63,6 +65,7 @@ __all__ = [
     "complete_many",
     "copy_jobs",
     "delete_dead_letter_batch",
+    "ended_claims",
     "extend",
     "extend_claims",
     "insert_jobs",

@@ -17,7 +17,7 @@ from ..engines import Engine, engine_for
 from ..native import run_bound
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
 from .dead_letters import move_to_dead_letters
-from .tables import CLAIM_ORDER, HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine
+from .tables import CLAIM_ORDER, HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine, marks
 
 
 def claim(
@@ -305,3 +305,30 @@ def extend_claims(
         )
         held.extend(row[0] for row in cursor.fetchall())
     return held
+
+
+def ended_claims(using: str, claims: Sequence[tuple[int, int]]) -> dict[int, str]:
+    """Which claims ``(job_id, claim_token)`` are no longer current, and why; reads only.
+
+    Return each ended claim's job id mapped to ``"cancelled"`` if its job is
+    cancelled, else ``"lost"``: the job is no longer running, runs under
+    another claim (it expired and was claimed again), or is gone. A claim still
+    current is left out. One ``SELECT`` by primary key per batch of claims,
+    locking nothing: a worker's cancel watch asks it often, and a claim that
+    ends just after the read is seen at the next ask.
+    """
+    if not claims:
+        return {}
+    cursor, _ = cursor_and_engine(using)
+    rows: dict[int, tuple[str, int]] = {}
+    for chunk in batched(list(dict.fromkeys(job_id for job_id, _token in claims)), ROWS_PER_STATEMENT):
+        cursor.execute(f"SELECT id, status, claim_token FROM {JOB} WHERE id IN ({marks(chunk)})", chunk)
+        rows.update((job_id, (status, token)) for job_id, status, token in cursor.fetchall())
+    ended: dict[int, str] = {}
+    for job_id, token in claims:
+        status, current_token = rows.get(job_id, ("", None))
+        if status == "cancelled":
+            ended[job_id] = "cancelled"
+        elif status != "running" or current_token != token:
+            ended[job_id] = "lost"
+    return ended

@@ -47,6 +47,7 @@ _COPY_COLUMNS = (
     ("attempts", "int4"),
     ("max_attempts", "int4"),
     ("visibility_timeout", "float8"),
+    ("timeout", "float8"),  # None is written as NULL
     ("run_at", "timestamptz"),
     ("claim_token", "int8"),
     ("last_error", "text"),
@@ -129,6 +130,7 @@ def _copied_rows(
                 0,
                 new.max_attempts,
                 new.visibility_timeout,
+                new.timeout,
                 run_at,
                 0,
                 "",

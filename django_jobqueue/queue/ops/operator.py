@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
-from .tables import JOB, LIVE, cursor_and_engine, marks, notify_queues
+from .tables import JOB, LIVE, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,8 @@ class JobChange:
     job_id: int
     name: str
     queue: str
+    # cancel_jobs: the job was running, so a worker was told to stop it.
+    was_running: bool = False
 
 
 def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
@@ -63,14 +66,27 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
     """ready or running -> cancelled; return the jobs changed.
 
     Done, cancelled and missing jobs are left alone. The worker of a running job
-    then finds its ack refused.
+    finds its ack refused and, on PostgreSQL, is woken on ``CANCEL_CHANNEL``
+    when this transaction commits, to stop the job.
     """
     if not job_ids:
         return []
     cursor, engine = cursor_and_engine(using)
-    cursor.execute(
-        f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now}, locked_until = NULL "
-        f"WHERE id IN ({marks(job_ids)}) AND status IN {LIVE} RETURNING id, name, queue",
-        list(job_ids),
-    )
-    return [JobChange(*row) for row in sorted(cursor.fetchall())]
+    # Where a notification is sent, it commits with the cancel, or neither does.
+    with transaction.atomic(using=using) if engine.supports_listen_notify else nullcontext():
+        # A running job keeps its owner and a ready one has none (every way back
+        # to ready clears it; the CASE makes sure): the owner returned after the
+        # update tells which jobs were running, in this one statement on every database.
+        cursor.execute(
+            f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now}, locked_until = NULL, "
+            "locked_by = CASE WHEN status = 'running' THEN locked_by END "
+            f"WHERE id IN ({marks(job_ids)}) AND status IN {LIVE} "
+            "RETURNING id, name, queue, locked_by IS NOT NULL",
+            list(job_ids),
+        )
+        changed = [
+            JobChange(job_id, name, queue, bool(running))
+            for job_id, name, queue, running in sorted(cursor.fetchall())
+        ]
+        notify_cancelled(using, [change.job_id for change in changed if change.was_running])
+    return changed

@@ -23,8 +23,8 @@ LIVE = "('ready', 'running')"
 CLAIM_ORDER = "priority DESC, run_at, id"
 # The columns an insert of a new job writes, in the order its values come.
 INSERT_COLUMNS = (
-    "name, queue, payload, priority, status, attempts, max_attempts, visibility_timeout, run_at, "
-    "claim_token, unique_key, last_error, last_traceback, created_at, task_backend"
+    "name, queue, payload, priority, status, attempts, max_attempts, visibility_timeout, timeout, "
+    "run_at, claim_token, unique_key, last_error, last_traceback, created_at, task_backend"
 )
 # An insert whose unique_key a live job holds writes nothing; the unique index decides.
 ON_LIVE_KEY_CONFLICT = (
@@ -52,6 +52,7 @@ class NewJob(NamedTuple):
     priority: int
     max_attempts: int
     visibility_timeout: float
+    timeout: float | None  # seconds one attempt may run; None = no limit
     run_at: datetime | None  # an absolute time, or None for now + delay
     delay: float
     unique_key: str | None
@@ -105,6 +106,15 @@ NOTIFY_RETURNING = f", pg_notify('{NOTIFY_CHANNEL}', queue)"
 NOTIFY_QUEUES = "SELECT count(pg_notify(%s, queue)) FROM unnest(%s::text[]) AS queue"
 
 
+# The PostgreSQL channel that cancelling a running job notifies, with the
+# cancelled running jobs' ids as the payload: a worker's cancel watch LISTENs on
+# it and then asks ``ended_claims`` which of its claims ended. Sent on commit.
+CANCEL_CHANNEL = "jobqueue_cancel"
+# PostgreSQL refuses a payload of 8000 bytes or more; the ids are only a nudge,
+# so a long list is cut short rather than split over several notifications.
+MAX_CANCEL_PAYLOAD = 7900
+
+
 def marks(values: Sequence[Any]) -> str:
     """``%s`` placeholders, one per value, comma-separated."""
     return ", ".join(["%s"] * len(values))
@@ -116,3 +126,18 @@ def notify_queues(using: str, queues: Sequence[str]) -> None:
     if not engine.supports_listen_notify or not queues:
         return
     cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(set(queues))])
+
+
+def notify_cancelled(using: str, job_ids: Sequence[int]) -> None:
+    """Tell the workers, when this transaction commits, that running ``job_ids`` were cancelled.
+
+    Where the engine can (PostgreSQL); elsewhere workers find out by polling.
+    The payload is the ids, comma-separated, cut at ``MAX_CANCEL_PAYLOAD`` bytes.
+    """
+    cursor, engine = cursor_and_engine(using)
+    if not engine.supports_listen_notify or not job_ids:
+        return
+    payload = ",".join(map(str, job_ids))
+    if len(payload) > MAX_CANCEL_PAYLOAD:
+        payload = payload[: payload.rindex(",", 0, MAX_CANCEL_PAYLOAD + 1)]
+    cursor.execute("SELECT pg_notify(%s, %s)", [CANCEL_CHANNEL, payload])
