@@ -9,7 +9,16 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import Fail, JobPayloadError, JobQueueError, Retry, UnknownJobError
+from .exceptions import (
+    Fail,
+    JobCancelled,
+    JobInterrupted,
+    JobPayloadError,
+    JobQueueError,
+    JobTimeout,
+    Retry,
+    UnknownJobError,
+)
 
 if TYPE_CHECKING:
     from .decorators import job
@@ -27,9 +36,12 @@ _LAZY = {
 
 __all__ = [
     "Fail",
+    "JobCancelled",
     "JobContext",
+    "JobInterrupted",
     "JobPayloadError",
     "JobQueueError",
+    "JobTimeout",
     "QueueClient",
     "Retry",
     "UnknownJobError",

@@ -1,4 +1,4 @@
-"""Exceptions raised by django-jobqueue, and the two a job may raise itself."""
+"""Exceptions raised by django-jobqueue, the two a job may raise itself, and the two that stop a job."""
 
 from __future__ import annotations
 
@@ -35,3 +35,22 @@ class Retry(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.m
 
 class Fail(Exception):  # noqa: N818
     """Raised by a job to send it to the dead letters at once, without retrying."""
+
+
+class JobInterrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an error of the job's
+    """Raised inside a running job to stop it (its time limit passed, or it was cancelled).
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that a job's
+    ``except Exception:`` does not swallow it: ``finally`` blocks and context
+    managers run, and a job that must clean up catches it and raises it again.
+    Catching it for good does not save the attempt: the worker decides the
+    outcome from why it stopped the job, not from what the job returned.
+    """
+
+
+class JobTimeout(JobInterrupted):
+    """The attempt ran past its ``timeout``: it ends as a failure, retried with backoff."""
+
+
+class JobCancelled(JobInterrupted):
+    """The job was cancelled while it ran and did not return within the worker's ``--cancel-grace``."""

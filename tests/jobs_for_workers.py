@@ -126,3 +126,59 @@ def picky(ctx: JobContext, path: str, error: str) -> None:
     """Raise a ``KeyError`` (a ``LookupError``: dead at once) or a ``ValueError`` (retried)."""
     note(path, "start", ctx)
     raise {"key": KeyError, "value": ValueError}[error](f"picky about {error}")
+
+
+@job(name="workers.spin", takes_context=True)
+def spin(ctx: JobContext, path: str, seconds: float = 60.0, cooperative: bool = False) -> str:
+    """Burn CPU in a pure Python loop; with ``cooperative``, return as soon as ``ctx.cancelled``."""
+    note(path, "start", ctx)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            if cooperative and ctx.cancelled:
+                note(path, "saw_cancel", ctx)
+                return "stopped"
+    except BaseException as exc:
+        note(path, "interrupted", ctx, error=type(exc).__name__)
+        raise
+    note(path, "end", ctx)
+    return "spun"
+
+
+@job(name="workers.nap", takes_context=True)
+def nap(ctx: JobContext, path: str, seconds: float = 60.0) -> str:
+    """One long ``sleep``: a blocking call that no Python line interrupts until it returns."""
+    note(path, "start", ctx)
+    try:
+        time.sleep(seconds)
+    except BaseException as exc:
+        note(path, "interrupted", ctx, error=type(exc).__name__)
+        raise
+    note(path, "end", ctx)
+    return "rested"
+
+
+@job(name="workers.stubborn", takes_context=True)
+def stubborn(ctx: JobContext, path: str, seconds: float = 60.0) -> str:
+    """Ignores ``ctx.cancelled`` and swallows every interruption: only a kill stops it."""
+    note(path, "start", ctx)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except BaseException as exc:  # noqa: B036 - the point of this job
+            note(path, "swallowed", ctx, error=type(exc).__name__)
+    note(path, "end", ctx)
+    return "outlasted"
+
+
+@job(name="workers.pid", takes_context=True)
+def pid(ctx: JobContext, path: str, megabytes: int = 0) -> int:
+    """Note the process it ran in; with ``megabytes``, keep that much memory for good (a leak)."""
+    if megabytes:
+        _leaked.append(bytearray(megabytes * 1024 * 1024))
+    note(path, "ran", ctx)
+    return os.getpid()
+
+
+_leaked: list[bytearray] = []

@@ -1,45 +1,14 @@
 """Run one claimed job and tell the queue how it went.
 
-This is the one place that catches broad exceptions: whatever a job raises
-becomes one row of the outcome table below, and nothing a job does can take a
-worker thread down.
+What the job's run comes to (its verdict) is ``attempt.py``'s outcome table;
+here it is written to the queue and logged.
 
-==============================================  ==========================  =================
-what the job did                                what the queue is told      outcome logged
-==============================================  ==========================  =================
-returned a JSON value (or None)                 ``ack(result)``             ``done``
-returned a value JSON cannot carry              ``fail(error)``             ``dead``
-raised ``Retry(delay=…)``                       ``nack(delay=…)``           ``retry`` / ``dead``
-raised ``Fail(message)``                        ``fail(message)``           ``dead``
-raised an exception its ``@job(fail_on=…)``     ``fail(error)``             ``dead``
-names
-could not be called: payload does not fit       ``fail(error)``             ``dead``
-its signature
-raised anything else                            ``nack(delay=backoff)``     ``retry`` / ``dead``
-==============================================  ==========================  =================
-
-A job that ran is never run again because of what it returned: a return value
-JSON cannot carry (a ``datetime``, a model instance) sends it to the dead
-letters at once with a ``JobPayloadError`` naming the value, whether results
-are kept or not. Its effects happened once; retrying the dead letter is an
-operator's decision.
-
-A payload whose keys do not fit the function's keyword arguments (a missing
-or unknown argument) can never succeed, so it is dead-lettered without calling
-the function; enqueueing refuses such a payload already where the function is
-registered, so this meets jobs enqueued elsewhere or before a deploy changed
-the signature.
-
-"Anything else" includes a name nobody registered (``no job registered as
-'x'``): nacked, not failed, because the next deploy of a rolling update may
-bring the code; once its attempts are spent it lands in the dead letters like
-any failure, and the error says so instead of promising a retry.
-
-A job of Django's Tasks framework (marked by the backend, see ``tasks.py``)
-goes through the same table. Its task is found by its module path rather than
-the registry, and a path that leads to anything but a ``Task`` is refused with
-``Fail`` before anything is called; a missing module is nacked like an unknown
-name.
+A job told to stop while it ran (``control.py``) ends so, whatever it
+returned: ``cancelled`` (nothing written: the row already says so) or ``lost``
+(its claim is another's); a timed-out one is a failure, ``JobTimeout: timed
+out after N s``, retried with backoff or dead-lettered like any other. A job
+whose child process died under it (killed from outside) is ``lost`` as if
+the worker had died: its claim expires and is rescued, the attempt counted.
 
 A nack is ``retry`` while attempts remain and ``dead`` on the last one. If the
 claim was lost meanwhile (expired and re-claimed, or the job cancelled), the
@@ -66,109 +35,36 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from .. import registry
-from ..exceptions import Fail, Retry, UnknownJobError
 from ..models import Job
 from ..queue import QueueClient
-from ..queue.validation import encode_result, to_seconds
+from .attempt import Attempt, Verdict, run_job, timeout_verdict
 from .completer import Answer, Completer, Report
-from .context import JobContext
+from .control import RunControl, StopReason, ThreadTarget
 from .outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .outcomes import Action, Outcome
+from .watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
 # An outcome's log level; any other is a WARNING.
-OUTCOME_LOG_LEVELS = {Outcome.DONE: logging.INFO, Outcome.RELEASED: logging.INFO, Outcome.DEAD: logging.ERROR}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What to tell the queue about one run."""
-
-    action: Action
-    result: Any = None
-    error: str = ""
-    traceback: str = ""
-    delay: Any = None
-
-
-class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
-    """A job's payload does not fit its function's keyword arguments: no attempt can succeed."""
-
-
-def verdict_for(
-    exc: BaseException, *, qualified: bool = False, fail_on: tuple[type[BaseException], ...] = ()
-) -> Verdict:
-    """The outcome table's rows for a job that raised ``exc``.
-
-    ``qualified`` names the exception with its module, as a traceback does (a
-    Django Task's ``TaskError`` needs the class's path). ``fail_on`` is the
-    job's ``@job(fail_on=…)``: those exceptions go to the dead letters at once.
-    """
-    trace = "".join(traceback.format_exception(exc))
-    if isinstance(exc, PayloadMismatch):
-        return Verdict(Action.FAIL, error=f"JobPayloadError: {message_of(exc)}")
-    if isinstance(exc, Retry):
-        try:
-            delay = None if exc.delay is None else to_seconds(exc.delay, "Retry's delay")
-        except ValueError as bad_delay:
-            return Verdict(Action.NACK, error=f"Retry with a bad delay, backoff used instead: {bad_delay}")
-        return Verdict(Action.NACK, error=f"Retry: {message_of(exc)}", traceback=trace, delay=delay)
-    if isinstance(exc, Fail):
-        return Verdict(Action.FAIL, error=f"Fail: {message_of(exc)}", traceback=trace)
-    error = f"{_exception_name(exc, qualified)}: {message_of(exc)}"
-    action = Action.FAIL if isinstance(exc, fail_on) else Action.NACK
-    return Verdict(action, error=error, traceback=trace)
-
-
-def verdict_for_result(result: Any, task_run: Any = None, *, qualified: bool = False) -> Verdict:
-    """The outcome table's rows for a job that returned ``result``: an ack, or a dead letter if unstorable.
-
-    Never a retry: the job ran, and running it again would repeat its effects
-    for the sake of a value.
-    """
-    try:
-        if task_run is not None:
-            result = task_run.normalize(result)
-        encode_result(result)
-    except Exception as exc:
-        error = (
-            f"{_exception_name(exc, qualified)}: {message_of(exc)} "
-            "(the job ran and returned this; it is not run again for its return value)"
-        )
-        return Verdict(Action.FAIL, error=error, traceback="".join(traceback.format_exception(exc)))
-    return Verdict(Action.ACK, result=result)
-
-
-def message_of(exc: BaseException) -> str:
-    """``str(exc)``, or a placeholder if the exception's own ``__str__`` raises.
-
-    Raised here, that error would end the slot's thread while the worker went
-    on claiming jobs for it that nothing runs.
-    """
-    try:
-        return str(exc)
-    except Exception:
-        return "<exception str() failed>"
-
-
-def _exception_name(exc: BaseException, qualified: bool) -> str:
-    kind = type(exc)
-    if not qualified or kind.__module__ in ("builtins", "__main__"):
-        return kind.__name__
-    return f"{kind.__module__}.{kind.__qualname__}"
+OUTCOME_LOG_LEVELS = {
+    Outcome.DONE: logging.INFO,
+    Outcome.RELEASED: logging.INFO,
+    Outcome.CANCELLED: logging.INFO,
+    Outcome.DEAD: logging.ERROR,
+}
+# Seconds a job told to stop gets before it is stopped by force (runworker's --cancel-grace).
+DEFAULT_CANCEL_GRACE = 5.0
 
 
 class _ThreadConnections(threading.local):
@@ -207,6 +103,17 @@ def close_held_connections() -> None:
     _this_thread.holding = still_open
 
 
+def close_all_connections() -> None:
+    """Close this thread's connections, even broken ones, whatever state they were left in."""
+    for connection in connections.all(initialized_only=True):
+        try:
+            connection.close()
+        except Exception:  # noqa: S110 - a connection interrupted mid-query may fail to close; it is dropped
+            pass
+        connection.connection = None
+    _this_thread.holding = False
+
+
 class QueryProbe:
     """An execute wrapper that notes whether a job ran a query on a connection."""
 
@@ -218,8 +125,14 @@ class QueryProbe:
         return execute(sql, params, many, context)
 
 
+class Runner(Protocol):
+    """Runs a job's code somewhere other than the calling thread: a child process (``pool.py``)."""
+
+    def attempt(self, job: Job, control: RunControl) -> Attempt: ...
+
+
 class Executor:
-    """Runs claimed jobs of one worker, each in the calling thread."""
+    """Runs claimed jobs of one worker, each in the calling thread or through a slot's ``Runner``."""
 
     def __init__(
         self,
@@ -227,47 +140,102 @@ class Executor:
         worker_id: str,
         completer: Completer | None = None,
         shortage: Shortage | None = None,
+        watchdog: Watchdog | None = None,
+        cancel_grace: float = DEFAULT_CANCEL_GRACE,
     ) -> None:
         self.client = client
         self.worker_id = worker_id
         # Acks go through the completer's batches when there is one (runworker), else one by one:
         # see _ack.
         self.completer = completer
-        # When each running claim's job started, for the duration logged if it is handed back.
-        self._started: dict[tuple[int, int], float] = {}
+        # The attempts in progress, by claim: when each started, and whether it was told to stop.
+        self._running: dict[tuple[int, int], RunControl] = {}
         # runworker's: a slot that cannot reach the database waits there instead of giving up.
         self.shortage = shortage
+        # runworker's: keeps time limits and tells cancelled jobs to stop. Without one, a job
+        # runs to its end whatever its timeout.
+        self.watchdog = watchdog
+        self.cancel_grace = cancel_grace
 
-    def run(self, job: Job) -> Outcome:
+    def run(self, job: Job, runner: Runner | None = None) -> Outcome:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
 
-        The outcome is ``PENDING`` when the ack went to the completer without
-        waiting: the job stays claimed until the completer writes it, and the
-        line is logged then.
+        The job runs in the calling thread, or through ``runner``. The outcome
+        is ``PENDING`` when the ack went to the completer without waiting: the
+        job stays claimed until the completer writes it, and the line is logged
+        then.
         """
         close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
-        started = time.monotonic()
-        claim = (job.pk, job.claim_token)
-        self._started[claim] = started
+        control = RunControl(job, getattr(job, "timeout", None), self.cancel_grace)
+        self._running[control.claim] = control
+        if self.watchdog is not None:
+            self.watchdog.watch(control)
         try:
-            return self._run(job, started)
+            if runner is not None:
+                return self._finish(job, control, runner.attempt(job, control), queried=False)
+            return self._run_here(job, control)
         finally:
-            self._started.pop(claim, None)
+            if self.watchdog is not None:
+                self.watchdog.forget(control)
+            self._running.pop(control.claim, None)
 
-    def _run(self, job: Job, started: float) -> Outcome:
+    def _run_here(self, job: Job, control: RunControl) -> Outcome:
         # Whether the job queries the queue's database: a thread that holds no connection
         # learns it from the connection the job opens; one that holds one watches its queries.
         probe = QueryProbe() if _this_thread.holding else None
         _this_thread.opened = []
-        verdict, task_run, unstarted = self._attempt(job, probe)
-        verdict = self._with_backoff(job, verdict)
-        duration = time.monotonic() - started
-        if unstarted:
-            # The job's first query could not open a connection: it never really ran.
-            outcome = self._hand_back_when_connected(job, verdict.error)
-            close_held_connections()
-            return outcome
+        target = ThreadTarget()
+        control.attach(target)
+        with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
+            attempt = run_job(job, self.worker_id, self.client, lambda: control.stopping, guard=target)
         queried = probe.queried if probe else self.client.using in _this_thread.opened
+        try:
+            return self._finish(job, control, attempt, queried)
+        finally:
+            if target.sent:
+                # Interrupted anywhere, even inside a database driver: its connections may be
+                # mid-conversation, and the next job must not inherit them.
+                close_all_connections()
+            close_held_connections()
+
+    def _finish(self, job: Job, control: RunControl, attempt: Attempt, queried: bool) -> Outcome:
+        """Write what ``attempt`` came to, unless the job was stopped for a reason that decides it."""
+        first, reason = control.settle("slot")
+        duration = time.monotonic() - control.started
+        if not first:
+            logger.warning(
+                "job %s id=%s attempt=%s: its thread returned %.3fs after the attempt was given up",
+                job.name,
+                job.pk,
+                job.attempts,
+                duration,
+            )
+            return control.outcome
+        if reason is StopReason.CANCELLED or reason is StopReason.LOST:
+            # The row is no longer this claim's: nothing to write.
+            outcome = Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.LOST
+            self._log(job, duration, outcome, attempt.died)
+            return outcome
+        if reason is StopReason.SHUTDOWN:
+            return Outcome.RELEASED  # handed back, and logged, when the worker stopped
+        if reason is StopReason.TIMEOUT:
+            verdict = timeout_verdict(job, control, attempt)
+        elif attempt.died:
+            # Killed from outside mid-job: as if this worker had died. Its claim, no longer
+            # beaten, expires and is rescued like a dead worker's, the attempt counted.
+            self._log(job, duration, Outcome.LOST, attempt.died)
+            return Outcome.LOST
+        else:
+            verdict = attempt.verdict
+        return self._write(job, self._with_backoff(job, verdict), attempt, duration, queried)
+
+    def _write(self, job: Job, verdict: Verdict, attempt: Attempt, duration: float, queried: bool) -> Outcome:
+        raised = attempt.raised
+        unstarted = attempt.unstarted or (raised is not None and failed_to_connect(raised, self.client.using))
+        if self.shortage is not None and unstarted:
+            # The job's first query could not open a connection: it never really ran.
+            return self._hand_back_when_connected(job, verdict.error)
+        task_run = attempt.task_run
         # A Django Task's slot waits for its ack: the task_finished signal it sends tells the outcome.
         wait = task_run is not None
         outcome, again = self._record(job, verdict, duration, queried, wait)
@@ -277,13 +245,32 @@ class Executor:
             self._log(job, duration, outcome, verdict.error, verdict.delay)
             if task_run is not None:
                 task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
-        close_held_connections()
         return outcome
+
+    def give_up(self, control: RunControl, on_settled: Callable[[], None]) -> bool:
+        """Write the timeout of a job whose thread is still stuck after its grace; False if it returned.
+
+        Called from a thread of its own: the slot's thread is the one stuck.
+        ``on_settled`` runs once this call owns the outcome, before it is
+        written. The slot stays taken until the thread returns (the caller
+        keeps counting it).
+        """
+        first, _reason = control.settle("watchdog")
+        if not first:
+            return False
+        on_settled()
+        job = control.job
+        duration = time.monotonic() - control.started
+        verdict = self._with_backoff(job, timeout_verdict(job, control, None))
+        outcome, _again = self._record(job, verdict, duration, queried=True, wait=False)
+        control.outcome = outcome
+        self._log(job, duration, outcome, verdict.error, verdict.delay)
+        return True
 
     def hand_back(self, job: Job) -> Outcome:
         """Give a claimed job back without running it, its attempt not counted."""
-        started = self._started.get((job.pk, job.claim_token))
-        duration = 0.0 if started is None else time.monotonic() - started
+        control = self._running.get((job.pk, job.claim_token))
+        duration = 0.0 if control is None else time.monotonic() - control.started
         try:
             released = self.client.release(job, worker_id=self.worker_id)
         except DATABASE_ERRORS as exc:
@@ -293,6 +280,10 @@ class Executor:
         outcome = Outcome.RELEASED if released else Outcome.LOST
         self._log(job, duration, outcome, "")
         return outcome
+
+    def attempts_of(self, jobs: list[Job]) -> list[RunControl]:
+        """The attempts in progress of ``jobs`` (those whose code runs now)."""
+        return [control for job in jobs if (control := self._running.get((job.pk, job.claim_token)))]
 
     def _hand_back_when_connected(self, job: Job, error: str) -> Outcome:
         """Release ``job`` once this slot can open a connection: the attempt is not counted."""
@@ -304,46 +295,6 @@ class Executor:
     def _sat_out(self, reason: str) -> bool:
         """Wait until this thread can connect again; False at once outside ``runworker``."""
         return self.shortage is not None and self.shortage.sit_out(reason)
-
-    def _attempt(self, job: Job, probe: QueryProbe | None) -> tuple[Verdict, Any, bool]:
-        """Run the job once; return its verdict, for a Django Task its ``TaskRun``, and
-        whether it never really ran because its first query could not open a connection."""
-        task_run = None
-        spec = None
-        try:
-            with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
-                if job.task_backend:
-                    # A Django Task (the one job found by its path, and only if it is a Task).
-                    from .tasks import TaskRun
-
-                    task_run = TaskRun(job)
-                    result = task_run.call()
-                else:
-                    spec = self._spec(job)
-                    result = self._call(job, spec)
-        except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
-            fail_on = spec.fail_on if spec is not None else ()
-            verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
-            if isinstance(exc, UnknownJobError):
-                verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
-            unstarted = self.shortage is not None and failed_to_connect(exc, self.client.using)
-            return verdict, task_run, unstarted
-        return verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run, False
-
-    def _spec(self, job: Job) -> registry.JobSpec:
-        spec = registry.lookup(job.name)
-        if spec is None:
-            raise UnknownJobError(f"no job registered as {job.name!r} on worker {self.worker_id}")
-        return spec
-
-    def _call(self, job: Job, spec: registry.JobSpec) -> Any:
-        problem = spec.payload_problem(job.payload)
-        if problem is not None:
-            raise PayloadMismatch(problem)
-        func: Callable[..., Any] = spec.func
-        if spec.takes_context:
-            return func(JobContext(job, self.worker_id, self.client), **job.payload)
-        return func(**job.payload)
 
     def _with_backoff(self, job: Job, verdict: Verdict) -> Verdict:
         """Fix a retry's backoff here rather than in ``nack``, so that its line can say when it is due."""
@@ -456,10 +407,3 @@ class Executor:
             outcome,
             suffix,
         )
-
-
-def _what_next(job: Job) -> str:
-    """For an unknown name's error: whether the job is tried again."""
-    if job.attempts < job.max_attempts:
-        return "retried later: a newer deploy may have it"
-    return "no attempts left: moved to the dead letters"

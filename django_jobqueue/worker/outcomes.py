@@ -26,6 +26,7 @@ class Outcome(enum.StrEnum):
     RETRY = "retry"  # nacked with attempts left
     DEAD = "dead"  # failed, or nacked on its last attempt: moved to the dead letters
     RELEASED = "released"  # handed back, the attempt not counted
+    CANCELLED = "cancelled"  # cancelled while it ran: nothing written, never retried
     LOST = "lost"  # the claim was no longer this worker's: the write was refused
     UNRECORDED = "unrecorded"  # the database failed while the outcome was written
     PENDING = "pending"  # not known yet: the completer writes the ack and logs the line

@@ -39,16 +39,19 @@ from ..models import Job
 from ..queue import QueueClient
 from ..schedules import declared_schedules
 from .completer import Completer, PendingAck
-from .executor import Executor
+from .control import RunControl, StopReason
+from .executor import DEFAULT_CANCEL_GRACE, Executor
 from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage, Shortage
 from .outcomes import Outcome
+from .pool import Child, ChildLimits, ChildStartError
 from .running import RunningJobs
 from .scheduler import Scheduler
 from .shares import QueueShares
 from .signals import StopSignals
 from .ticker import WORKER_STALE_AFTER, Ticker, tick_interval
 from .wakeup import Wakeup
+from .watchdog import Attempts, CancelWatch, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +79,10 @@ class WorkerConfig:
     shutdown_timeout: float = 25.0
     default_visibility_timeout: float = 30.0  # paces the ticker when no override is given
     fire_schedules: bool = True  # run the scheduler (never in a burst)
+    pool: str = "threads"  # or "processes": each slot's jobs run in a child process
+    cancel_grace: float = DEFAULT_CANCEL_GRACE  # seconds a job told to stop gets before it is forced
+    child_limits: ChildLimits = ChildLimits()  # --pool processes: when a child is replaced
+    verbosity: int = 1  # -v, for the children's console lines
 
 
 class Supervisor:
@@ -89,9 +96,14 @@ class Supervisor:
         self._signalled = threading.Event()
         self.shortage = Shortage(config.worker_id, config.using)
         self.completer = Completer(self.client, config.worker_id, self._ack_submitted, self._acks_written)
-        self.executor = Executor(self.client, config.worker_id, self.completer, self.shortage)
+        attempts = Attempts()
+        self.watchdog = Watchdog(attempts, self._job_stopped, self._job_hung)
+        self.cancel_watch = CancelWatch(self.client, attempts, self.watchdog)
+        self.executor = Executor(
+            self.client, config.worker_id, self.completer, self.shortage, self.watchdog, config.cancel_grace
+        )
         queue_names = [name for name, _weight in config.queues]
-        self.wakeup = Wakeup(config.using, queue_names, config.poll_interval)
+        self.wakeup = Wakeup(config.using, queue_names, config.poll_interval, self.cancel_watch.nudge)
         self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
         self.heartbeat = Heartbeat(
             self.client, config.worker_id, self.running, config.visibility_timeout, self._register_again
@@ -113,6 +125,7 @@ class Supervisor:
         self.refused: str | None = None
         self._handoff: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._slots: list[threading.Thread] = []
+        self._children: list[Child] = []  # --pool processes: each slot's child, by slot number
 
     # -- control ---------------------------------------------------------------
 
@@ -153,7 +166,7 @@ class Supervisor:
     def run(self) -> None:
         """Work until stopped, then set ``clean``."""
         try:
-            if self._register_until_stopped():
+            if self._register_until_stopped() and self._start_children():
                 self._start()
                 try:
                     self._claim_loop()
@@ -182,9 +195,35 @@ class Supervisor:
                 self._stopping.wait(outage.failed(exc))
         return False
 
+    def _start_children(self) -> bool:
+        """``--pool processes``: start a child per slot; False (and ``refused`` says why) if one cannot."""
+        if self.config.pool != "processes":
+            return True
+        try:
+            for number in range(self.config.concurrency):
+                self._children.append(self._new_child(number))
+        except ChildStartError as exc:
+            self.refused = str(exc)
+            self._retire_children()
+            self._unregister()
+            return False
+        return True
+
+    def _new_child(self, number: int) -> Child:
+        config = self.config
+        child = Child(
+            f"jobqueue-child-{number}", config.worker_id, config.using, config.verbosity, config.child_limits
+        )
+        child.start()
+        return child
+
     def _start(self) -> None:
+        self.watchdog.start()
+        self.cancel_watch.start()
         for number in range(self.config.concurrency):
-            slot = threading.Thread(target=self._slot, name=f"jobqueue-slot-{number}", daemon=True)
+            slot = threading.Thread(
+                target=self._slot, args=(number,), name=f"jobqueue-slot-{number}", daemon=True
+            )
             slot.start()
             self._slots.append(slot)
         self.completer.reporter.start()
@@ -195,7 +234,8 @@ class Supervisor:
         self.wakeup.start()
         settings = connections[self.config.using].settings_dict
         logger.info(
-            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s schedules=%s%s%s",
+            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s "
+            "schedules=%s%s%s%s",
             self.config.worker_id,
             ",".join(f"{name}:{weight}" for name, weight in self.config.queues) or "*",
             self.config.concurrency,
@@ -206,6 +246,7 @@ class Supervisor:
             len(self.scheduler.schedules) if self.scheduler is not None else "off",
             " burst" if self.config.burst else "",
             f" max-jobs={self.config.max_jobs}" if self.config.max_jobs else "",
+            f" pool={self.config.pool}" if self.config.pool != "threads" else "",
         )
 
     # -- claiming --------------------------------------------------------------
@@ -284,7 +325,7 @@ class Supervisor:
         # slots count as free for the next claim.
         self.running.remove_many(jobs)
 
-    def _slot(self) -> None:
+    def _slot(self, number: int) -> None:
         try:
             while (job := self._handoff.get()) is not None:
                 outcome = None
@@ -292,12 +333,52 @@ class Supervisor:
                     if self._signalled.is_set():
                         outcome = self.executor.hand_back(job)
                     else:
-                        outcome = self.executor.run(job)
+                        outcome = self.executor.run(job, self._child_of(number))
                 finally:
                     # An ack batched with a claim frees its job's slot once written (_acks_written);
                     # anything else frees it here.
                     if outcome is not Outcome.PENDING and self.running.remove(job):
                         self.wakeup.wake()
+        finally:
+            connections.close_all()
+
+    def _child_of(self, number: int) -> Child | None:
+        """The slot's child, replaced first if it is worn out; None in the thread pool."""
+        if not self._children:
+            return None
+        child = self._children[number]
+        why = child.worn_out()
+        while why:
+            logger.info(
+                "worker %s: replacing %s (pid %s): %s", self.config.worker_id, child.name, child.pid, why
+            )
+            child.retire()
+            try:
+                child = self._new_child(number)
+            except ChildStartError as exc:
+                # The slot's job waits (its claim kept alive) while the child is retried.
+                logger.error("worker %s: %s; retrying in 1s", self.config.worker_id, exc)
+                self._stopping.wait(1.0)
+                continue
+            self._children[number] = child
+            why = ""
+        return child
+
+    # -- stopped jobs ----------------------------------------------------------
+
+    def _job_stopped(self, control: RunControl) -> None:
+        # A cancelled or lost job's claim is no longer this worker's to keep, but its slot is
+        # taken until its code returns.
+        if control.reason in (StopReason.CANCELLED, StopReason.LOST):
+            self.running.detach(control.job)
+
+    def _job_hung(self, control: RunControl) -> None:
+        # A thread stuck past its timeout's grace: its outcome is written from a thread of its own.
+        threading.Thread(target=self._give_up, args=(control,), name="jobqueue-give-up", daemon=True).start()
+
+    def _give_up(self, control: RunControl) -> None:
+        try:
+            self.executor.give_up(control, lambda: self.running.detach(control.job))
         finally:
             connections.close_all()
 
@@ -310,7 +391,7 @@ class Supervisor:
         # --burst / --max-jobs: let every claimed job finish, unless a signal cuts it short.
         while not self._signalled.is_set() and not self.running.wait_empty(timeout=0.2):
             pass
-        if self.running.snapshot():
+        if len(self.running):
             logger.info(
                 "worker %s stopping (%s): waiting up to %gs for %s running job(s)",
                 self.config.worker_id,
@@ -322,6 +403,7 @@ class Supervisor:
         self.heartbeat.stop()
         if not finished:
             self._hand_back_running()
+        self.cancel_watch.stop()
         self.ticker.stop()
         # After the slots' last acks; a slot abandoned above acks on its own connection.
         self.completer.stop()
@@ -332,6 +414,8 @@ class Supervisor:
         deadline = time.monotonic() + (1.0 if finished else 0.1)
         for slot in self._slots:
             slot.join(max(0.0, deadline - time.monotonic()))
+        self.watchdog.stop()
+        self._retire_children()
         self._unregister()
         left = sum(slot.is_alive() for slot in self._slots)
         logger.info(
@@ -344,8 +428,19 @@ class Supervisor:
         return left == 0
 
     def _hand_back_running(self) -> None:
-        for job in self.running.snapshot():
+        held = self.running.snapshot()
+        for job in held:
             self.executor.hand_back(job)
+        # Their code may still run: it is told to stop (ctx.cancelled), then forced or abandoned.
+        for control in self.executor.attempts_of(held):
+            self.watchdog.stop_job(control, StopReason.SHUTDOWN)
+
+    def _retire_children(self) -> None:
+        """Let each idle child exit; kill those still running a job (its claim was handed back)."""
+        for number, child in enumerate(self._children):
+            if number < len(self._slots) and self._slots[number].is_alive():
+                child.kill("the worker stopped")
+            child.retire()
 
     def _unregister(self) -> None:
         try:

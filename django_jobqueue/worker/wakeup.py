@@ -8,7 +8,9 @@ Where the database has LISTEN/NOTIFY (PostgreSQL), a listener thread also
 holds a connection of its own that ``LISTEN``s on ``queue.NOTIFY_CHANNEL``.
 Every enqueue notifies it with the queue name when its transaction commits, so
 an idle worker starts a new job within milliseconds instead of at the next
-poll. Notifications for queues the worker does not serve are ignored. The
+poll. Notifications for queues the worker does not serve are ignored. It also
+``LISTEN``s on ``queue.CANCEL_CHANNEL``, which a cancel of a running job
+notifies: the cancel watch then looks at once instead of within a second. The
 listener is a shortcut, never a dependency: if its connection drops, it
 reconnects with backoff while polling carries on, and after reconnecting it
 wakes the loop once for what it may have missed.
@@ -18,12 +20,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from django.db import connections
 
-from ..queue import NOTIFY_CHANNEL, engine_for
+from ..queue import CANCEL_CHANNEL, NOTIFY_CHANNEL, engine_for
 from .outage import FIRST_DELAY, MAX_DELAY
 from .service import Service
 
@@ -37,8 +39,15 @@ LISTEN_SLICE = 0.1
 class Wakeup:
     """An event the claiming loop waits on, set by slots, signals and notifications."""
 
-    def __init__(self, using: str, queues: Collection[str], poll_interval: float) -> None:
+    def __init__(
+        self,
+        using: str,
+        queues: Collection[str],
+        poll_interval: float,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> None:
         self.poll_interval = poll_interval
+        self.on_cancel = on_cancel  # told of a running job cancelled somewhere
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._notified: set[str] = set()
@@ -101,6 +110,7 @@ class Listener(Service):
             try:
                 with psycopg.connect(**self._connection_params()) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                     if failures:
                         logger.info("listener: listening again after %s failure(s)", failures)
                         self.wakeup.wake()  # for what was enqueued while it was cut off
@@ -123,7 +133,10 @@ class Listener(Service):
     def _listen(self, conn: Any) -> None:
         while not self.stopping:
             for notify in conn.notifies(timeout=LISTEN_SLICE):
-                if not self.queues or notify.payload in self.queues:
+                if notify.channel == CANCEL_CHANNEL:
+                    if self.wakeup.on_cancel is not None:
+                        self.wakeup.on_cancel()
+                elif not self.queues or notify.payload in self.queues:
                     self.wakeup.wake(notify.payload)
 
     def _connection_params(self) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from ...loader import load_job_modules
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...schedules import ScheduleError, declared_schedules
 from ...worker.console import console_logging
+from ...worker.executor import DEFAULT_CANCEL_GRACE
+from ...worker.pool import ChildLimits
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
 from ..arguments import database_alias
 
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 MAX_CONCURRENCY = 1000
 # Waits beyond a day overflow timers, and outlast any process manager's patience.
 MAX_SHUTDOWN_TIMEOUT = 86400.0
+POOLS = ("threads", "processes")
 
 
 def queue_and_weight(text: str) -> tuple[str, int]:
@@ -92,6 +95,10 @@ def shutdown_seconds(value: float) -> float:
     return value
 
 
+def megabytes(text: str) -> int:
+    return positive_int(text, maximum=1024 * 1024)
+
+
 class Command(BaseCommand):
     help = (
         "Run jobs from the queue until SIGTERM or SIGINT: claim up to --concurrency jobs at a time, "
@@ -153,6 +160,35 @@ class Command(BaseCommand):
             "(default 25; keep it below your process manager's grace period).",
         )
         parser.add_argument(
+            "--pool",
+            choices=POOLS,
+            default="threads",
+            help="Run each slot's jobs in a thread of this process (threads, the default) or in a child "
+            "process of its own (processes: CPU-bound jobs use every core, and a job that must be "
+            "stopped by force is killed).",
+        )
+        parser.add_argument(
+            "--cancel-grace",
+            type=checked_seconds(shutdown_seconds),
+            default=DEFAULT_CANCEL_GRACE,
+            metavar="S",
+            help="Seconds a job told to stop (cancelled, or past its timeout) gets before it is stopped "
+            "by force: its child killed, or its thread interrupted or given up "
+            f"(default {DEFAULT_CANCEL_GRACE:g}).",
+        )
+        parser.add_argument(
+            "--max-jobs-per-child",
+            type=positive_int,
+            metavar="N",
+            help="--pool processes: replace a child after it ran this many jobs.",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=megabytes,
+            metavar="MB",
+            help="--pool processes: replace a child after a job that left it above this resident memory.",
+        )
+        parser.add_argument(
             "--database",
             type=database_alias,
             help="The database alias of the queue. Default: JOBQUEUE['DATABASE'].",
@@ -196,6 +232,10 @@ class Command(BaseCommand):
             worker_id = check_worker_id(options["worker_id"] or default_worker_id())
         except ValueError as exc:
             raise CommandError(f"--worker-id: {exc}") from None
+        limits = ChildLimits(options.get("max_jobs_per_child"), options.get("max_memory_per_child"))
+        pool = options.get("pool") or "threads"
+        if pool != "processes" and limits != ChildLimits():
+            raise CommandError("--max-jobs-per-child and --max-memory-per-child need --pool processes")
         return WorkerConfig(
             worker_id=worker_id,
             using=using,
@@ -208,4 +248,8 @@ class Command(BaseCommand):
             shutdown_timeout=options["shutdown_timeout"],
             default_visibility_timeout=float(jobqueue_settings.VISIBILITY_TIMEOUT),
             fire_schedules=not options["no_schedules"],
+            pool=pool,
+            cancel_grace=options.get("cancel_grace", DEFAULT_CANCEL_GRACE),
+            child_limits=limits,
+            verbosity=options.get("verbosity", 1),
         )

@@ -1,0 +1,231 @@
+"""Run a job's code once and say what it comes to: the outcome table.
+
+This is the one place that catches broad exceptions: whatever a job raises
+becomes one row of the outcome table below, and nothing a job does can take a
+worker thread (or a child process of ``--pool processes``) down. The worker's
+thread pool calls it in the slot's thread, the process pool in a child
+(``child.py``); ``executor.py`` writes the verdict to the queue.
+
+==============================================  ==========================  =================
+what the job did                                what the queue is told      outcome logged
+==============================================  ==========================  =================
+returned a JSON value (or None)                 ``ack(result)``             ``done``
+returned a value JSON cannot carry              ``fail(error)``             ``dead``
+raised ``Retry(delay=…)``                       ``nack(delay=…)``           ``retry`` / ``dead``
+raised ``Fail(message)``                        ``fail(message)``           ``dead``
+raised an exception its ``@job(fail_on=…)``     ``fail(error)``             ``dead``
+names
+could not be called: payload does not fit       ``fail(error)``             ``dead``
+its signature
+raised anything else                            ``nack(delay=backoff)``     ``retry`` / ``dead``
+==============================================  ==========================  =================
+
+A job that ran is never run again because of what it returned: a return value
+JSON cannot carry (a ``datetime``, a model instance) sends it to the dead
+letters at once with a ``JobPayloadError`` naming the value, whether results
+are kept or not. Its effects happened once; retrying the dead letter is an
+operator's decision.
+
+A payload whose keys do not fit the function's keyword arguments (a missing
+or unknown argument) can never succeed, so it is dead-lettered without calling
+the function; enqueueing refuses such a payload already where the function is
+registered, so this meets jobs enqueued elsewhere or before a deploy changed
+the signature.
+
+"Anything else" includes a name nobody registered (``no job registered as
+'x'``): nacked, not failed, because the next deploy of a rolling update may
+bring the code; once its attempts are spent it lands in the dead letters like
+any failure, and the error says so instead of promising a retry.
+
+A job of Django's Tasks framework (marked by the backend, see ``tasks.py``)
+goes through the same table. Its task is found by its module path rather than
+the registry, and a path that leads to anything but a ``Task`` is refused with
+``Fail`` before anything is called; a missing module is nacked like an unknown
+name.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import registry
+from ..exceptions import Fail, Retry, UnknownJobError
+from ..models import Job
+from ..queue import QueueClient
+from ..queue.validation import encode_result, to_seconds
+from .context import JobContext
+from .outcomes import Action
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to tell the queue about one run."""
+
+    action: Action
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+    delay: Any = None
+
+
+class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
+    """A job's payload does not fit its function's keyword arguments: no attempt can succeed."""
+
+
+def verdict_for(
+    exc: BaseException, *, qualified: bool = False, fail_on: tuple[type[BaseException], ...] = ()
+) -> Verdict:
+    """The outcome table's rows for a job that raised ``exc``.
+
+    ``qualified`` names the exception with its module, as a traceback does (a
+    Django Task's ``TaskError`` needs the class's path). ``fail_on`` is the
+    job's ``@job(fail_on=…)``: those exceptions go to the dead letters at once.
+    """
+    trace = "".join(traceback.format_exception(exc))
+    if isinstance(exc, PayloadMismatch):
+        return Verdict(Action.FAIL, error=f"JobPayloadError: {message_of(exc)}")
+    if isinstance(exc, Retry):
+        try:
+            delay = None if exc.delay is None else to_seconds(exc.delay, "Retry's delay")
+        except ValueError as bad_delay:
+            return Verdict(Action.NACK, error=f"Retry with a bad delay, backoff used instead: {bad_delay}")
+        return Verdict(Action.NACK, error=f"Retry: {message_of(exc)}", traceback=trace, delay=delay)
+    if isinstance(exc, Fail):
+        return Verdict(Action.FAIL, error=f"Fail: {message_of(exc)}", traceback=trace)
+    error = f"{_exception_name(exc, qualified)}: {message_of(exc)}"
+    action = Action.FAIL if isinstance(exc, fail_on) else Action.NACK
+    return Verdict(action, error=error, traceback=trace)
+
+
+def verdict_for_result(result: Any, task_run: Any = None, *, qualified: bool = False) -> Verdict:
+    """The outcome table's rows for a job that returned ``result``: an ack, or a dead letter if unstorable.
+
+    Never a retry: the job ran, and running it again would repeat its effects
+    for the sake of a value.
+    """
+    try:
+        if task_run is not None:
+            result = task_run.normalize(result)
+        encode_result(result)
+    except Exception as exc:
+        error = (
+            f"{_exception_name(exc, qualified)}: {message_of(exc)} "
+            "(the job ran and returned this; it is not run again for its return value)"
+        )
+        return Verdict(Action.FAIL, error=error, traceback="".join(traceback.format_exception(exc)))
+    return Verdict(Action.ACK, result=result)
+
+
+def message_of(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder if the exception's own ``__str__`` raises.
+
+    Raised here, that error would end the slot's thread while the worker went
+    on claiming jobs for it that nothing runs.
+    """
+    try:
+        return str(exc)
+    except Exception:
+        return "<exception str() failed>"
+
+
+def _exception_name(exc: BaseException, qualified: bool) -> str:
+    kind = type(exc)
+    if not qualified or kind.__module__ in ("builtins", "__main__"):
+        return kind.__name__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+@dataclass
+class Attempt:
+    """What one run of a job's code came to."""
+
+    verdict: Verdict
+    task_run: Any = None  # a Django Task's TaskRun, whose signals follow the outcome
+    # What the job raised, if anything (the executor asks whether it was a failure to connect).
+    raised: BaseException | None = None
+    # In a child process, instead: whether what it raised was its first query failing to connect.
+    unstarted: bool = False
+    # Not empty if the child process running it died: how (the job's effects are unknown).
+    died: str = ""
+
+
+def timeout_verdict(job: Job, control: Any, attempt: Attempt | None) -> Verdict:
+    """A failure, retried with backoff: the attempt ran past its ``timeout``, whatever it did after.
+
+    The traceback is the one the job ended with (where ``JobTimeout`` met it),
+    if it ended at all.
+    """
+    error = f"JobTimeout: timed out after {control.timeout:g} s"
+    if attempt is None:
+        error += (
+            f" (it did not stop within --cancel-grace {control.grace:g} s: its thread was left running "
+            "and its slot stays taken until it returns)"
+        )
+    elif attempt.died:
+        error += f" (its child process was stopped: {attempt.died})"
+    trace = attempt.verdict.traceback if attempt is not None else ""
+    return Verdict(Action.NACK, error=error, traceback=trace)
+
+
+def run_job(
+    job: Job,
+    worker_id: str,
+    client: QueueClient,
+    stopped: Callable[[], bool],
+    guard: AbstractContextManager[Any] | None = None,
+) -> Attempt:
+    """Call ``job``'s function (or Django Task) with its payload; return the verdict, never raise.
+
+    ``guard`` is entered around the job's own code alone (the thread pool's
+    interruptible section); ``stopped`` is what ``ctx.cancelled`` reads.
+    """
+    task_run = None
+    spec = None
+    try:
+        with guard if guard is not None else nullcontext():
+            if job.task_backend:
+                # A Django Task (the one job found by its path, and only if it is a Task).
+                from .tasks import TaskRun
+
+                task_run = TaskRun(job)
+                result = task_run.call()
+            else:
+                spec = _spec(job, worker_id)
+                result = _call(job, spec, worker_id, client, stopped)
+    except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
+        fail_on = spec.fail_on if spec is not None else ()
+        verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
+        if isinstance(exc, UnknownJobError):
+            verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
+        return Attempt(verdict, task_run, exc)
+    return Attempt(verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run)
+
+
+def _spec(job: Job, worker_id: str) -> registry.JobSpec:
+    spec = registry.lookup(job.name)
+    if spec is None:
+        raise UnknownJobError(f"no job registered as {job.name!r} on worker {worker_id}")
+    return spec
+
+
+def _call(
+    job: Job, spec: registry.JobSpec, worker_id: str, client: QueueClient, stopped: Callable[[], bool]
+) -> Any:
+    problem = spec.payload_problem(job.payload)
+    if problem is not None:
+        raise PayloadMismatch(problem)
+    func: Callable[..., Any] = spec.func
+    if spec.takes_context:
+        return func(JobContext(job, worker_id, client, stopped), **job.payload)
+    return func(**job.payload)
+
+
+def _what_next(job: Job) -> str:
+    """For an unknown name's error: whether the job is tried again."""
+    if job.attempts < job.max_attempts:
+        return "retried later: a newer deploy may have it"
+    return "no attempts left: moved to the dead letters"

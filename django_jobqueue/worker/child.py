@@ -1,0 +1,198 @@
+"""A child process of ``--pool processes``: it runs the jobs its slot sends it, one at a time.
+
+The child holds no claim and writes no outcome: it runs a job's code
+(``attempt.run_job``, the same outcome table as a thread) and sends the
+verdict back; its parent keeps the claims, beats them and writes the outcomes.
+
+It dies with its parent. On Linux the kernel kills it (``PR_SET_PDEATHSIG``)
+when the process that forked it ends, and everywhere a thread of its own
+watches the parent's sentinel and exits the moment the parent is gone: no
+orphan goes on running a job whose claim expires and is handed to another
+worker.
+
+It ignores ``SIGINT`` and ``SIGTERM``: a terminal's Ctrl-C or a process
+manager's stop reaches the whole process group, and it is the parent that
+decides how its jobs end (letting them finish, or handing them back).
+``SIGUSR1`` is its parent's interruption, through the watcher thread: the job
+gets ``JobTimeout`` raised, even inside a ``sleep``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from multiprocessing import parent_process
+from multiprocessing.connection import Connection, wait
+from types import FrameType
+from typing import Any
+
+from ..exceptions import JobTimeout
+from ..models import Job
+from .attempt import Attempt, run_job
+from .control import StopReason
+
+logger = logging.getLogger(__name__)
+
+# prctl(2)'s option: the signal this process gets when the thread that forked it ends.
+PR_SET_PDEATHSIG = 1
+# The exit status of a child whose parent went away.
+ORPHANED = 70
+
+
+@dataclass
+class Answer:
+    """What a child sends back after a job."""
+
+    attempt: Attempt
+    rss: int  # bytes resident after the job
+
+
+class _Running:
+    """The job the child's main thread runs now, as its watcher thread and its signal handler see it."""
+
+    def __init__(self) -> None:
+        # Taken by the main thread to start or end a job, and by the watcher to stop one, so that a
+        # stop meant for a job that just ended never reaches the next.
+        self.lock = threading.Lock()
+        self.claim: tuple[int, int] | None = None
+        self.reason: StopReason | None = None
+        self.inside = False  # in the job's own code: the only place JobTimeout may be raised
+        self.interrupt_for: tuple[int, int] | None = None
+        self.raised = False
+
+
+def main(jobs: Connection, control: Connection, worker_id: str, using: str, verbosity: int) -> None:
+    """The child's whole life: get ready, say so, run jobs until told to stop or orphaned."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        client = _ready(verbosity, using)
+    except BaseException as exc:  # noqa: B036 - whatever stops it, the parent must hear why
+        jobs.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    running = _Running()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _interrupted(running, frame))
+    threading.Thread(target=_watch, args=(control, running), name="jobqueue-child-watch", daemon=True).start()
+    jobs.send(("ready", os.getpid()))
+    while True:
+        try:
+            job = jobs.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if job is None:
+            break
+        jobs.send(_run(job, running, worker_id, client))
+    _close_connections()
+
+
+def _ready(verbosity: int, using: str) -> Any:
+    """Set Django up if the fork server did not, and load the job modules; return a ``QueueClient``."""
+    from .preload import prepare
+
+    prepare()
+    from ..queue import QueueClient
+    from .console import console_logging
+
+    # The worker's console lines, as the parent prints them, for what is logged through ours; for
+    # the child's whole life, so never exited.
+    console_logging(sys.stderr, verbosity).__enter__()
+    return QueueClient(using)
+
+
+def _run(job: Job, running: _Running, worker_id: str, client: Any) -> Answer:
+    from .executor import close_held_connections
+    from .outage import failed_to_connect
+
+    close_held_connections()
+    with running.lock:
+        running.claim, running.reason, running.raised = (job.pk, job.claim_token), None, False
+    attempt = run_job(job, worker_id, client, lambda: running.reason is not None, guard=_Inside(running))
+    with running.lock:
+        running.claim = None
+    attempt.task_run = None  # the parent sends the Task's signals that follow the outcome
+    if attempt.raised is not None:
+        attempt.unstarted = failed_to_connect(attempt.raised, client.using)
+        attempt.raised = None  # an exception and its traceback do not always pickle
+    if running.raised:
+        _close_connections()  # interrupted anywhere, even inside a database driver
+    close_held_connections()
+    return Answer(attempt, _resident_bytes())
+
+
+class _Inside:
+    """Marks the job's own code, where the parent's interruption may raise ``JobTimeout``."""
+
+    def __init__(self, running: _Running) -> None:
+        self.running = running
+
+    def __enter__(self) -> None:
+        self.running.inside = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.running.inside = False
+
+
+def _interrupted(running: _Running, frame: FrameType | None) -> None:
+    # Runs in the main thread, between two of its bytecodes: nothing else changes `running` meanwhile.
+    if running.inside and not running.raised and running.interrupt_for == running.claim:
+        running.raised = True
+        raise JobTimeout("timed out")
+
+
+def _watch(control: Connection, running: _Running) -> None:
+    """The child's second thread: its parent's stop messages, and the parent's death."""
+    parent = parent_process()
+    sentinels: list[Any] = [control]
+    if parent is not None:
+        sentinels.append(parent.sentinel)
+    while True:
+        ready = wait(sentinels)
+        if control not in ready:
+            os._exit(ORPHANED)
+        try:
+            claim, reason = control.recv()
+        except (EOFError, OSError):
+            os._exit(ORPHANED)
+        with running.lock:
+            if claim != running.claim:
+                continue  # meant for a job that ended meanwhile
+            running.reason = StopReason(reason)
+            if running.reason is StopReason.TIMEOUT:
+                running.interrupt_for = claim
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+
+
+def _die_with_parent() -> None:
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = parent_process()
+    if parent is not None and not parent.is_alive():
+        os._exit(ORPHANED)
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (Linux), else its peak."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _close_connections() -> None:
+    from .executor import close_all_connections
+
+    close_all_connections()

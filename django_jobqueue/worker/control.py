@@ -1,0 +1,203 @@
+"""Stopping a running job: why it was told to stop, and how it is told.
+
+Every attempt a worker runs has a ``RunControl``: its deadline (from the job's
+``timeout``), and once the job must stop, the reason. The watchdog
+(``watchdog.py``) decides when; the control tells the job through its
+``Target``, which depends on the pool:
+
+- **threads**: ``ctx.cancelled`` turns True; on a timeout, ``JobTimeout`` is
+  also raised in the job's thread at its next line. Still running
+  ``--cancel-grace`` seconds later: a cancelled job gets ``JobCancelled``
+  raised; a timed-out one is given up: its outcome is written and its slot
+  stays taken until the thread returns.
+- **processes**: the child's ``ctx.cancelled`` turns True; on a timeout,
+  ``JobTimeout`` is also raised in it, even inside a ``sleep``. Still running
+  ``--cancel-grace`` seconds later: the child is killed and a new one takes
+  the slot.
+
+The first reason wins, and nothing is told once the attempt's outcome is
+settled: the slot's own settling and the watchdog's giving up go through one
+lock, so exactly one of them writes the outcome.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import threading
+import time
+from typing import Protocol
+
+from ..exceptions import JobCancelled, JobInterrupted, JobTimeout
+from ..models import Job
+from .outcomes import Outcome
+
+
+class StopReason(enum.StrEnum):
+    """Why a running job was told to stop."""
+
+    TIMEOUT = "timeout"  # it ran past its timeout: a failure, retried with backoff
+    CANCELLED = "cancelled"  # an operator cancelled it: nothing more is written
+    LOST = "lost"  # its claim is no longer this worker's (expired and re-claimed)
+    SHUTDOWN = "shutdown"  # the worker stopped and handed its claim back
+
+
+# What a job told to stop for each reason gets raised, where the pool can raise one.
+RAISED = {StopReason.TIMEOUT: JobTimeout}
+FORCED = {
+    StopReason.CANCELLED: JobCancelled,
+    StopReason.LOST: JobCancelled,
+    StopReason.SHUTDOWN: JobCancelled,
+}
+
+
+class Target(Protocol):
+    """Where a job runs, as far as stopping it goes: a slot's thread, or a child process."""
+
+    def tell(self, reason: StopReason) -> None:
+        """The job must stop: let it know (and interrupt it, where the pool does so at once)."""
+
+    def force(self, reason: StopReason) -> bool:
+        """The job did not stop in time: stop it by force. Return True if it cannot be, and still runs."""
+
+
+class RunControl:
+    """One attempt in progress: its deadline, and why and when it was told to stop."""
+
+    def __init__(self, job: Job, timeout: float | None, grace: float) -> None:
+        self.job = job
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
+        self.grace = grace
+        self.reason: StopReason | None = None
+        self.stopped_at = 0.0
+        self.forced = False
+        # Who wrote the outcome: "" while nobody has, "slot", or "watchdog" for a thread given up.
+        self.settled_by = ""
+        self.outcome = Outcome.PENDING  # what the watchdog wrote, when it gave the attempt up
+        self._target: Target | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def claim(self) -> tuple[int, int]:
+        return (self.job.pk, self.job.claim_token)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the job was told to stop: what ``ctx.cancelled`` reads."""
+        return self.reason is not None
+
+    def attach(self, target: Target) -> None:
+        """Run the job on ``target``; a job told to stop before it started is told at once."""
+        with self._lock:
+            self._target = target
+            reason = self.reason if not self.settled_by else None
+        if reason is not None:
+            target.tell(reason)
+
+    def stop(self, reason: StopReason) -> bool:
+        """Tell the job to stop for ``reason``; False if it already was, or its outcome is settled."""
+        with self._lock:
+            if self.reason is not None or self.settled_by:
+                return False
+            self.reason = reason
+            self.stopped_at = time.monotonic()
+            target = self._target
+        if target is not None:
+            target.tell(reason)
+        return True
+
+    def due(self) -> float | None:
+        """The monotonic time the watchdog must next act on this attempt, or None."""
+        if self.settled_by or self.forced:
+            return None
+        if self.reason is None:
+            return self.deadline
+        return self.stopped_at + self.grace
+
+    def force(self) -> bool:
+        """The grace is over: stop the job by force. Return True if it still runs and cannot be stopped."""
+        with self._lock:
+            if self.settled_by or self.forced or self.reason is None:
+                return False
+            self.forced = True
+            target, reason = self._target, self.reason
+        return target is not None and target.force(reason)
+
+    def settle(self, by: str) -> tuple[bool, StopReason | None]:
+        """Claim the writing of the outcome: (whether ``by`` is the first, and why the job was stopped)."""
+        with self._lock:
+            first = not self.settled_by
+            if first:
+                self.settled_by = by
+            return first, self.reason
+
+
+def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    # CPython's documented C API: raise exc_type in that thread at its next bytecode; None drops
+    # an exception set so and not yet raised.
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type is not None else None
+    )
+
+
+class ThreadTarget:
+    """A job running in a slot's own thread (the thread pool).
+
+    An exception is raised in the thread only while it runs the job's code
+    (between ``enter`` and ``leave``), and at most once: ``leave`` drops one
+    that was set but not yet raised, so it can never surface in the worker's
+    own code after the job returned. What the thread runs outside Python (a
+    ``sleep``, a socket read, a C extension's loop) sees it only once that
+    call returns.
+    """
+
+    def __init__(self) -> None:
+        self.thread_id = threading.get_ident()
+        self._lock = threading.Lock()
+        self._inside = False
+        self._sent = False
+
+    @property
+    def sent(self) -> bool:
+        """Whether an exception was raised (or set to be raised) in the job."""
+        return self._sent
+
+    def enter(self) -> None:
+        with self._lock:
+            self._inside = True
+
+    def leave(self) -> None:
+        with self._lock:
+            self._inside = False
+            if self._sent:
+                _set_async_exc(self.thread_id, None)
+
+    def __enter__(self) -> ThreadTarget:
+        self.enter()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.leave()
+
+    def raise_in_job(self, exc_type: type[JobInterrupted]) -> bool:
+        """Raise ``exc_type`` in the job's thread; False if it left the job's code or was already sent one."""
+        with self._lock:
+            if not self._inside or self._sent:
+                return False
+            self._sent = True
+            _set_async_exc(self.thread_id, exc_type)
+            return True
+
+    def tell(self, reason: StopReason) -> None:
+        raised = RAISED.get(reason)
+        if raised is not None:
+            self.raise_in_job(raised)
+
+    def force(self, reason: StopReason) -> bool:
+        if reason is StopReason.TIMEOUT:
+            # Raised at the deadline and still running: the thread is stuck outside Python.
+            return True
+        self.raise_in_job(FORCED[reason])
+        return False
