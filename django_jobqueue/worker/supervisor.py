@@ -234,8 +234,7 @@ class Supervisor:
         self.wakeup.start()
         settings = connections[self.config.using].settings_dict
         logger.info(
-            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s "
-            "schedules=%s%s%s%s",
+            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s schedules=%s%s%s%s",
             self.config.worker_id,
             ",".join(f"{name}:{weight}" for name, weight in self.config.queues) or "*",
             self.config.concurrency,

@@ -109,8 +109,8 @@ class Listener(Service):
         while not self.stopping:
             try:
                 with psycopg.connect(**self._connection_params()) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     if failures:
                         logger.info("listener: listening again after %s failure(s)", failures)
                         self.wakeup.wake()  # for what was enqueued while it was cut off
