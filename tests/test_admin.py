@@ -7,6 +7,7 @@ the request was forged.
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -170,6 +171,22 @@ def test_job_page_shows_payload_error_owner_and_deadline(operator, queue, jobs):
     assert "web-1:77" in page and "claim deadline" in page.lower() and "deadline in" in page
     assert "Cancel job" in page and "Retry now" not in page
     assert 'name="_save"' not in page, "the page saves nothing"
+
+
+def readonly_value(page: str, label: str) -> str:
+    """The text of the read-only field ``label`` on a detail page."""
+    found = re.search(rf"<label>{label}:</label>\s*<div class=\"readonly\">(.*?)</div>", page, re.S)
+    assert found is not None, f"no field {label!r} on the page"
+    return found.group(1)
+
+
+def test_job_and_dead_letter_pages_show_the_time_limit(operator, queue):
+    limited = queue.push("tests.send_otp", {"user_id": "1"}, timeout=90)
+    unlimited = queue.push("tests.send_otp", {"user_id": "2"})
+    assert readonly_value(text(operator.get(job_url(limited.pk))), "Time limit") == "90 s"
+    assert readonly_value(text(operator.get(job_url(unlimited.pk))), "Time limit") == "no limit"
+    letter = make_dead(queue, timeout=timedelta(minutes=2))
+    assert readonly_value(text(operator.get(dead_url(letter.pk))), "Time limit") == "120 s"
 
 
 def test_job_page_offers_retry_now_for_a_cancelled_job(operator, jobs):

@@ -248,7 +248,11 @@ class QueueClient:
         return ops.retry_dead_letter(self.using, _as_id(dead_letter_id))
 
     def cancel(self, job: JobRef) -> bool:
-        """ready or running -> cancelled; False if the job is finished or gone."""
+        """ready or running -> cancelled; False if the job is finished or gone.
+
+        A running job's worker learns of it from ``ended_claims``; on PostgreSQL
+        it is also woken on ``CANCEL_CHANNEL`` when the cancel commits.
+        """
         return bool(ops.cancel_jobs(self.using, [_as_id(job.pk if isinstance(job, Job) else job)]))
 
     def prune(self, older_than: Duration | None = None) -> int:
@@ -335,7 +339,11 @@ class QueueClient:
         return [change for chunk in chunks for change in ops.run_jobs_now(self.using, chunk)]
 
     def cancel_jobs(self, jobs: Iterable[JobRef]) -> list[ops.JobChange]:
-        """ready or running -> cancelled; return the jobs changed (finished and missing ones are skipped)."""
+        """ready or running -> cancelled; return the jobs changed (finished and missing ones are skipped).
+
+        Each ``JobChange`` says whether the job was running; as ``cancel`` does,
+        a batch that cancelled running jobs wakes their workers on PostgreSQL.
+        """
         chunks = ops.batched(_job_ids(jobs), ops.ROWS_PER_STATEMENT)
         return [change for chunk in chunks for change in ops.cancel_jobs(self.using, chunk)]
 
