@@ -688,7 +688,7 @@ def test_worker_list_is_read_only(operator, queue):
 
 # -- cancelling a running job --------------------------------------------------------------
 
-NOT_STOPPED = "Cancelling does not stop the running code."
+NOT_STOPPED = "The running code is told to stop, and may already have done part of its work."
 
 
 def test_cancel_button_asks_before_cancelling_a_running_job(operator, queue, jobs):

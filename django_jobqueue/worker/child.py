@@ -30,12 +30,14 @@ from dataclasses import dataclass
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import JobTimeout
-from ..models import Job
-from .attempt import Attempt, run_job
 from .control import StopReason
+
+if TYPE_CHECKING:  # imported once Django is set up: the child may be the one to set it up
+    from ..models import Job
+    from .attempt import Attempt
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ def _ready(verbosity: int, using: str) -> Any:
 
 
 def _run(job: Job, running: _Running, worker_id: str, client: Any) -> Answer:
+    from .attempt import run_job
     from .executor import close_held_connections
     from .outage import failed_to_connect
 

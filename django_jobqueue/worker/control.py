@@ -26,11 +26,13 @@ import ctypes
 import enum
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..exceptions import JobCancelled, JobInterrupted, JobTimeout
-from ..models import Job
 from .outcomes import Outcome
+
+if TYPE_CHECKING:
+    from ..models import Job
 
 
 class StopReason(enum.StrEnum):

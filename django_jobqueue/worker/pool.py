@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -51,12 +52,16 @@ class ChildLimits:
 
 
 def pool_context() -> Any:
-    """The multiprocessing context children start from: a fork server where there is one, else spawn."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([FORK_SERVER_MODULE])
-        return context
-    return multiprocessing.get_context("spawn")
+    """The multiprocessing context children start from: a fork server.
+
+    Raise ``ChildStartError`` where there is none (Windows): children are
+    also interrupted with ``SIGUSR1``, which only POSIX systems have.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(signal, "SIGUSR1"):
+        raise ChildStartError("--pool processes needs a POSIX system (Linux, macOS): use --pool threads")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([FORK_SERVER_MODULE])
+    return context
 
 
 class ChildTarget:
@@ -116,6 +121,7 @@ class Child:
         try:
             kind, detail = self._jobs.recv()
         except (EOFError, OSError):
+            self._process.join(RETIRE_TIMEOUT)
             status = self._exit_status()
             raise ChildStartError(f"child {self.name} exited while starting ({status})") from None
         if kind != "ready":

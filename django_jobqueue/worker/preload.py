@@ -3,8 +3,8 @@
 The pool's children are forked by a fork server (``multiprocessing``'s
 ``forkserver``), a clean process started once, before any job runs, that
 imports ``boot.py``, which runs ``prepare()`` there: every child forked
-from it starts ready at once. Where there is no fork server (Windows), each
-child calls ``prepare()`` itself.
+from it starts ready at once. Each child calls ``prepare()`` again, which
+does nothing unless the fork server failed.
 
 A failure here must not take the fork server down silently: it is kept, and
 raised again in each child, which reports it to the worker.
