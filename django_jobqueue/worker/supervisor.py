@@ -325,43 +325,47 @@ class Supervisor:
         self.running.remove_many(jobs)
 
     def _slot(self, number: int) -> None:
+        child = self._children[number] if self._children else None
         try:
             while (job := self._handoff.get()) is not None:
                 outcome = None
                 try:
-                    if self._signalled.is_set():
+                    if self._signalled.is_set() or (self._children and child is None):
                         outcome = self.executor.hand_back(job)
                     else:
-                        outcome = self.executor.run(job, self._child_of(number))
+                        outcome = self.executor.run(job, child)
                 finally:
                     # An ack batched with a claim frees its job's slot once written (_acks_written);
                     # anything else frees it here.
                     if outcome is not Outcome.PENDING and self.running.remove(job):
                         self.wakeup.wake()
+                if child is not None:
+                    child = self._renewed(number, child)
         finally:
             connections.close_all()
 
-    def _child_of(self, number: int) -> Child | None:
-        """The slot's child, replaced first if it is worn out; None in the thread pool."""
-        if not self._children:
-            return None
-        child = self._children[number]
+    def _renewed(self, number: int, child: Child) -> Child | None:
+        """``child``, or a new one in its place if it is worn out; None if none could start.
+
+        Between jobs, so that the next job does not wait for a fork. A slot
+        without a child hands its jobs back while it tries again.
+        """
         why = child.worn_out()
-        while why:
-            logger.info(
-                "worker %s: replacing %s (pid %s): %s", self.config.worker_id, child.name, child.pid, why
-            )
-            child.retire()
+        if not why:
+            return child
+        logger.info("worker %s: replacing %s (pid %s): %s", self.config.worker_id, child.name, child.pid, why)
+        child.retire()
+        # Jobs claimed before a --burst or --max-jobs stop still run: only a signal gives up.
+        while not self._signalled.is_set():
             try:
                 child = self._new_child(number)
             except ChildStartError as exc:
-                # The slot's job waits (its claim kept alive) while the child is retried.
-                logger.error("worker %s: %s; retrying in 1s", self.config.worker_id, exc)
-                self._stopping.wait(1.0)
+                logger.error("worker %s: %s; trying again in 1s", self.config.worker_id, exc)
+                self._signalled.wait(1.0)
                 continue
             self._children[number] = child
-            why = ""
-        return child
+            return child
+        return None
 
     # -- stopped jobs ----------------------------------------------------------
 
@@ -400,9 +404,10 @@ class Supervisor:
             )
         finished = self.running.wait_empty(self.config.shutdown_timeout)
         self.heartbeat.stop()
+        # Before the hand-back, which it would otherwise take for lost claims.
+        self.cancel_watch.stop()
         if not finished:
             self._hand_back_running()
-        self.cancel_watch.stop()
         self.ticker.stop()
         # After the slots' last acks; a slot abandoned above acks on its own connection.
         self.completer.stop()
