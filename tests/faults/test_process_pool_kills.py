@@ -38,7 +38,8 @@ def stop(*workers: WorkerProcess) -> None:
         assert worker.wait(30) == 0, worker.log()
 
 
-@pytest.mark.slow
+# Not marked slow, unlike its sibling: a few seconds, and what it proves rests on the internals of
+# multiprocessing's fork server, which differ by Python version, so the Django 6 suites run it too.
 def test_a_killed_worker_leaves_no_child_behind_and_its_jobs_are_rescued(
     queue, fault_worker, figures, tmp_path: Path
 ):
