@@ -103,6 +103,7 @@ POOL_ENV = {"JOBQUEUE_BACKOFF_BASE": "0.2"}
 
 @pytest.mark.slow
 def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue, fault_worker, figures):
+    processes.needs_proc()
     rng = random.Random(15)
     lingering = queue.push_many(
         [
