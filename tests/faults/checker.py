@@ -12,8 +12,9 @@ empty):
 - ``cancels`` (the jobs it cancelled): each ends ``cancelled``, never
   dead-lettered, never done, never claimed again; no other job ends cancelled.
 - ``child_kills`` (the child processes of ``--pool processes`` it killed): the
-  execution each one cut is logged ``outcome=lost`` and rescued once its claim
-  expired, as a new attempt (the lost one counted).
+  execution each one cut is logged ``outcome=lost`` (or its cancel, or its
+  timeout, if it was being stopped for one), and the job runs again only as a
+  new attempt (the lost one counted).
 - ``logs`` (each worker's log): every execution on a worker that was not
   killed logged one outcome, ``done`` only for the execution whose ack the job
   shows; every attempt that timed out (``timed out after`` in its error) was
@@ -181,20 +182,23 @@ def check(
         by_job[execution.job_id].append(execution)
     finals = _finals(using, ids)
     lines = logged_outcomes(logs) if logs is not None else None
-    cut = _cut_by_child_kills(by_job, child_kills or {})
     report = Report(jobs=len(ids))
+    jobs: dict[int, tuple[list[Execution], dict[int, Logged]]] = {}
     for job_id in ids:
         runs = sorted(by_job.get(job_id, []), key=lambda run: (run.claim_token, run.id))
+        jobs[job_id] = (runs, _lines_of(runs, lines or {}))
+    cut = _cut_by_child_kills(jobs, child_kills or {})
+    for job_id, (runs, logged) in jobs.items():
         final = finals.get(job_id)
         report.executions += len(runs)
         if sum(run.finished for run in runs) > 1:
             report.finished_twice += 1
         if cancels is not None:
-            _check_cancel(report, job_id, job_id in cancels, runs, final, lines)
+            _check_cancel(report, job_id, job_id in cancels, runs, logged, final)
         if child_kills:
-            _check_child_kills(report, job_id, runs, cut, final, kills, lines)
-        if logs is not None and lines is not None:
-            _check_logged(report, job_id, runs, final, kills, set(logs), lines)
+            _check_child_kills(report, job_id, runs, logged, cut, kills, checked=logs is not None)
+        if logs is not None:
+            _check_logged(report, job_id, runs, logged, final, kills, set(logs))
         if final is None:
             report.lost += 1
             report.lost_ids.append(job_id)
@@ -202,13 +206,13 @@ def check(
         if final.status == "dead":
             report.dead += 1
             report.dead_ids.append(job_id)
-            _explain(report, runs, None, kills, stops, cut, lines)
+            _explain(report, runs, logged, None, kills, stops, cut)
         elif final.status == JobStatus.DONE:
             if len(runs) <= 1:
                 report.done_once += 1
             else:
                 report.done_more += 1
-            _explain(report, runs, final.claim_token, kills, stops, cut, lines)
+            _explain(report, runs, logged, final.claim_token, kills, stops, cut)
         elif final.status == JobStatus.CANCELLED:
             report.cancelled += 1
         else:
@@ -219,14 +223,32 @@ def check(
     return report
 
 
+def _lines_of(runs: list[Execution], lines: Mapping[tuple[int, int, str], list[Logged]]) -> dict[int, Logged]:
+    """Each run's outcome line, by ledger id (none for a run whose worker died before logging it).
+
+    A worker logs one line per execution, in the order it ran them: the n-th
+    execution of a job's attempt on a worker (several only after a hand-back)
+    has the n-th line.
+    """
+    found: dict[int, Logged] = {}
+    seen: Counter[tuple[int, int, str]] = Counter()
+    for run in runs:
+        key = (run.job_id, run.attempt, run.worker)
+        logged = lines.get(key, [])
+        if seen[key] < len(logged):
+            found[run.id] = logged[seen[key]]
+        seen[key] += 1
+    return found
+
+
 def _explain(
     report: Report,
     runs: list[Execution],
+    logged: Mapping[int, Logged],
     acked_token: int | None,
     kills: Mapping[str, float],
     stops: Mapping[str, float],
     cut: Mapping[int, float],
-    lines: Mapping[tuple[int, int, str], list[Logged]] | None,
 ) -> None:
     """Give each run that was not the acked one its reason; flag runs handed out after the ack."""
     for index, run in enumerate(runs):
@@ -236,12 +258,12 @@ def _explain(
         if acked_token is not None and run.claim_token == acked_token:
             continue
         later = [other for other in runs[index + 1 :] if other.claim_token > run.claim_token]
-        logged = (lines or {}).get((run.job_id, run.attempt, run.worker), [])
+        line = logged.get(run.id)
         if run.id in cut:
             report.extra_runs[CHILD_KILL] += 1
             if later:
                 report.rescue_delays.append(later[0].started_at - cut[run.id])
-        elif any(line.timed_out for line in logged):
+        elif line is not None and line.timed_out:
             # Before the kill test: a run that timed out ended before its worker was killed.
             report.extra_runs[TIMEOUT] += 1
         elif run.worker in kills:
@@ -256,24 +278,34 @@ def _explain(
             report.extra_runs[ERROR] += 1
 
 
+def _answered(line: Logged | None) -> bool:
+    """Whether ``line`` is a verdict its child sent back (the child did not die under it)."""
+    return line is not None and line.outcome in ("done", "retry", "dead") and "child process" not in line.rest
+
+
 def _cut_by_child_kills(
-    by_job: Mapping[int, list[Execution]], child_kills: Mapping[int, float]
+    jobs: Mapping[int, tuple[list[Execution], Mapping[int, Logged]]], child_kills: Mapping[int, float]
 ) -> dict[int, float]:
     """The executions that killed children were running: ledger id -> time of the kill.
 
     A child runs one job at a time: the one it cut is the last it started
-    before the kill (if that one had already ended, its ack is the job's and
-    it is never counted as cut).
+    before the kill, unless that one had ended already: its ack is the job's,
+    or its line is a verdict the child sent back (a child left idle after a
+    job that raised may be the one killed).
     """
     last: dict[int, Execution] = {}
-    for runs in by_job.values():
+    for runs, _logged in jobs.values():
         for run in runs:
             killed_at = child_kills.get(run.pid)
             if killed_at is None or run.started_at > killed_at:
                 continue
             if run.pid not in last or run.started_at > last[run.pid].started_at:
                 last[run.pid] = run
-    return {run.id: child_kills[pid] for pid, run in last.items()}
+    return {
+        run.id: child_kills[pid]
+        for pid, run in last.items()
+        if not _answered(jobs[run.job_id][1].get(run.id))
+    }
 
 
 def _check_cancel(
@@ -281,8 +313,8 @@ def _check_cancel(
     job_id: int,
     asked: bool,
     runs: list[Execution],
+    logged: Mapping[int, Logged],
     final: Final | None,
-    lines: Mapping[tuple[int, int, str], list[Logged]] | None,
 ) -> None:
     """A cancelled job ends cancelled, never dead-lettered or done, and is never claimed again."""
     ended_cancelled = final is not None and final.status == JobStatus.CANCELLED
@@ -298,52 +330,43 @@ def _check_cancel(
     assert final.claim_token is not None  # a row's
     if any(run.claim_token > final.claim_token for run in runs):
         report.violations.append(f"job {job_id}: ran on a claim newer than the one its cancel ended")
-    logged = [line for run in runs for line in (lines or {}).get((job_id, run.attempt, run.worker), [])]
-    for line in logged:
-        if line.outcome in ("done", "dead"):
+    for run in runs:
+        line = logged.get(run.id)
+        if line is not None and line.outcome in ("done", "dead"):
             report.violations.append(
-                f"job {job_id}: cancelled, but attempt {line.attempt} logged {line.outcome}"
+                f"job {job_id}: cancelled, but attempt {run.attempt} logged {line.outcome}"
             )
-    current = [run for run in runs if run.claim_token == final.claim_token]
-    if any(
-        line.outcome == "cancelled" and line.attempt == final.attempts
-        for run in current
-        for line in (lines or {}).get((job_id, run.attempt, run.worker), [])
-    ):
-        report.cancelled_running += 1
+        if line is not None and line.outcome == "cancelled" and run.claim_token == final.claim_token:
+            report.cancelled_running += 1
 
 
 def _check_child_kills(
     report: Report,
     job_id: int,
     runs: list[Execution],
+    logged: Mapping[int, Logged],
     cut: Mapping[int, float],
-    final: Final | None,
     kills: Mapping[str, float],
-    lines: Mapping[tuple[int, int, str], list[Logged]] | None,
+    *,
+    checked: bool,
 ) -> None:
-    """An execution cut by a killed child is logged lost, and rescued as a new attempt."""
-    acked = final.claim_token if final is not None and final.status == JobStatus.DONE else None
+    """An execution cut by a killed child is logged lost (if ``checked``), and rescued as a new attempt."""
     for run in runs:
-        if run.id not in cut or run.claim_token == acked:
+        if run.id not in cut:
             continue
         report.child_killed += 1
-        logged = (lines or {}).get((job_id, run.attempt, run.worker), [])
-        if lines is not None and run.worker not in kills:
-            allowed = [
-                line
-                for line in logged
-                # Killed as it was being stopped for a cancel, or after its time limit: that
-                # outcome stands.
-                if (line.outcome == "lost" and "child process" in line.rest)
-                or line.outcome == "cancelled"
-                or (line.timed_out and line.outcome in ("retry", "dead"))
-            ]
-            if not allowed:
-                report.violations.append(
-                    f"job {job_id}: attempt {run.attempt} cut by a killed child logged "
-                    f"{[line.outcome for line in logged] or 'nothing'}, not outcome=lost"
-                )
+        line = logged.get(run.id)
+        # Killed as it was being stopped for a cancel, or after its time limit: that outcome stands.
+        allowed = line is not None and (
+            (line.outcome == "lost" and "child process" in line.rest)
+            or line.outcome == "cancelled"
+            or (line.timed_out and line.outcome in ("retry", "dead"))
+        )
+        if checked and run.worker not in kills and not allowed:
+            report.violations.append(
+                f"job {job_id}: attempt {run.attempt} cut by a killed child logged "
+                f"{line.outcome if line else 'nothing'}, not outcome=lost"
+            )
         for other in runs:
             if other.claim_token > run.claim_token and other.attempt <= run.attempt:
                 report.violations.append(
@@ -356,10 +379,10 @@ def _check_logged(
     report: Report,
     job_id: int,
     runs: list[Execution],
+    logged: Mapping[int, Logged],
     final: Final | None,
     kills: Mapping[str, float],
     workers: set[str],
-    lines: Mapping[tuple[int, int, str], list[Logged]],
 ) -> None:
     """Every execution on a live worker logged an outcome; ``done`` only the one whose ack stands.
 
@@ -368,20 +391,18 @@ def _check_logged(
     acked = final.claim_token if final is not None and final.status == JobStatus.DONE else None
     for run in runs:
         if run.worker not in workers:
-            continue  # a worker whose log the scenario did not give
-        logged = lines.get((job_id, run.attempt, run.worker), [])
-        outcomes = [line.outcome for line in logged]
-        if not logged and run.worker not in kills:
-            report.violations.append(f"job {job_id}: attempt {run.attempt} on {run.worker} logged no outcome")
-        if run.claim_token == acked:
-            if run.worker not in kills and "done" not in outcomes:
+            continue
+        line = logged.get(run.id)
+        if line is None:
+            if run.worker not in kills:
                 report.violations.append(
-                    f"job {job_id}: its acked attempt {run.attempt} logged {outcomes}, not done"
+                    f"job {job_id}: attempt {run.attempt} on {run.worker} logged no outcome"
                 )
-        elif "done" in outcomes and not any(
-            other.claim_token == acked and other.attempt == run.attempt and other.worker == run.worker
-            for other in runs
-        ):
+        elif run.claim_token == acked and line.outcome != "done":
+            report.violations.append(
+                f"job {job_id}: its acked attempt {run.attempt} logged {line.outcome}, not done"
+            )
+        elif run.claim_token != acked and line.outcome == "done":
             report.violations.append(
                 f"job {job_id}: attempt {run.attempt} logged done, but its ack is not the job's"
             )

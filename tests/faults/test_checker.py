@@ -151,9 +151,19 @@ def test_an_attempt_cut_by_a_killed_child_handed_back_uncounted_is_caught(queue,
     logs = line(first, "released") + line(second, "done")
     report = check([job.pk], child_kills={os.getpid(): killed_at}, logs={WORKER: logs})
     assert "the lost attempt was not counted" in violations(report)
-    assert "attempt 1 cut by a killed child logged ['released', 'done'], not outcome=lost" in violations(
-        report
-    )
+    assert "attempt 1 cut by a killed child logged released, not outcome=lost" in violations(report)
+
+
+def test_a_child_killed_idle_after_a_job_that_raised_cut_nothing(queue, claim):
+    job = queue.push("faults.work")
+    first = claim()
+    assert queue.nack(first, worker_id=WORKER, error="ValueError: no", delay=0)
+    killed_at = time.time()  # the child that sent that verdict back, killed while idle
+    second = claim()
+    assert queue.ack(second, worker_id=WORKER)
+    logs = line(first, "retry", "ValueError: no") + line(second, "done")
+    report = check([job.pk], child_kills={os.getpid(): killed_at}, logs={WORKER: logs})
+    assert (report.violations, report.child_killed, dict(report.extra_runs)) == ([], 0, {"error": 1})
 
 
 def test_every_execution_of_a_live_worker_logs_one_outcome_and_only_the_acked_one_done(queue, claim):
@@ -168,7 +178,7 @@ def test_every_execution_of_a_live_worker_logs_one_outcome_and_only_the_acked_on
     logs = line(second, "done") + line(third, "retry")
     report = check([unlogged.pk, misreported.pk], logs={WORKER: logs})
     assert f"job {unlogged.pk}: attempt 1 on w logged no outcome" in violations(report)
-    assert f"job {misreported.pk}: its acked attempt 2 logged ['retry'], not done" in violations(report)
+    assert f"job {misreported.pk}: its acked attempt 2 logged retry, not done" in violations(report)
     assert f"job {misreported.pk}: attempt 1 logged done, but its ack is not the job's" in violations(report)
     # A killed worker may die before its lines: none is required of it.
     report = check([unlogged.pk], kills={WORKER: time.time()}, logs={WORKER: ""})
