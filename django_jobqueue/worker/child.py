@@ -173,6 +173,7 @@ def _watch(control: Connection, running: _Running) -> None:
 
 
 def _die_with_parent() -> None:
+    _let_fork_server_go()
     if sys.platform != "linux":
         return
     with contextlib.suppress(OSError, AttributeError):
@@ -181,6 +182,30 @@ def _die_with_parent() -> None:
     parent = parent_process()
     if parent is not None and not parent.is_alive():
         os._exit(ORPHANED)
+
+
+def _let_fork_server_go() -> None:
+    """Close this child's copy of the worker's end of the fork server's "alive" pipe.
+
+    The fork server exits once no process holds that end: with the worker as
+    its only holder, the fork server dies with the worker, and the kernel kills
+    every child it forked (``PR_SET_PDEATHSIG`` follows the process that
+    forked a child: the fork server). Each child inherits a copy; kept, it
+    would keep the fork server, and so the children, alive after the worker's
+    death, and a job holding the GIL in a long C call, where the watcher thread
+    cannot run, would go on running while its claim expires and is handed out
+    again. A job that starts processes through a fork server gets one of its
+    own (this process never started one), so the copy serves nothing here.
+    """
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if server is None or alive is None or server._forkserver_pid is not None:
+        return
+    with contextlib.suppress(OSError):
+        os.close(alive)
+    server._forkserver_alive_fd = None
 
 
 def _resident_bytes() -> int:

@@ -6,6 +6,7 @@ as it reaches its end, each write committed on its own.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -37,6 +38,44 @@ def work(ctx: JobContext, seconds: float = 0.0, n: int = 0) -> int:
     time.sleep(seconds)
     ledger.end(entry)
     return n
+
+
+@job(name="faults.overrun", takes_context=True, max_attempts=20)
+def overrun(ctx: JobContext, seconds: float, overrun_attempts: int = 1) -> int:
+    """Sleep ``seconds`` (past the timeout it is enqueued with) on its first ``overrun_attempts``
+    attempts; return at once after them."""
+    entry = _begin(ctx)
+    if ctx.attempt <= overrun_attempts:
+        time.sleep(seconds)
+    ledger.end(entry)
+    return ctx.attempt
+
+
+@job(name="faults.linger", takes_context=True, max_attempts=20)
+def linger(ctx: JobContext, seconds: float, cooperative: bool = False) -> str:
+    """Run ``seconds``; with ``cooperative``, return as soon as ``ctx.cancelled`` turns True
+    (its ledger note says so), else only a kill stops it before its end."""
+    entry = _begin(ctx)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cooperative and ctx.cancelled:
+            ledger.end(entry, note="saw cancel")
+            return "stopped"
+        time.sleep(0.05)
+    ledger.end(entry)
+    return "lingered"
+
+
+@job(name="faults.hold_gil", takes_context=True)
+def hold_gil(ctx: JobContext, seconds: int, attempts: int = 1) -> int:
+    """On its first ``attempts`` attempts, make one C call of ``seconds`` that keeps the GIL, as a
+    C extension's long loop does: no other thread of the process runs meanwhile."""
+    entry = _begin(ctx)
+    if ctx.attempt <= attempts:
+        # PyDLL, unlike CDLL, keeps the GIL across the call.
+        ctypes.PyDLL(None).sleep(seconds)
+    ledger.end(entry)
+    return ctx.attempt
 
 
 @job(name="faults.gate", takes_context=True)

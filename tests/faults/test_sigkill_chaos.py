@@ -1,17 +1,24 @@
-"""SIGKILL chaos: 5,000 jobs of 50-500 ms on 4 workers, one SIGKILLed every 2 s for 30 s."""
+"""SIGKILL chaos: 5,000 jobs of 50-500 ms on 4 workers, one SIGKILLed every 2 s for 30 s.
+
+And the same with ``--pool processes``, smaller: workers and their children
+killed in turn, among jobs that time out and jobs cancelled while they run.
+"""
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import signal
 import time
 
 import pytest
 
-from django_jobqueue.models import Job
+from django_jobqueue.models import DeadLetter, Job
 from tests.worker_support import WorkerProcess, wait_until
 
-from .checker import KILL, check
+from . import ledger, processes
+from .checker import CHILD_KILL, KILL, TIMEOUT, check
 
 JOBS = 5_000
 WORKERS = 4
@@ -71,3 +78,132 @@ def test_sigkill_chaos_loses_nothing_and_every_duplicate_follows_a_kill(queue, f
         worker.send(signal.SIGTERM)
     for _worker_id, worker in workers:
         assert worker.wait() == 0, worker.log()
+
+
+# The process pool's chaos, sized for CI: fewer jobs and slots (a slot is a process here), and
+# among them jobs that time out and jobs cancelled while they run.
+POOL_JOBS = 800
+POOL_WORKERS = 3
+POOL_SLOTS = 3
+POOL_CHAOS_FOR = 20.0
+# Jobs whose first attempt runs past its 0.5 s limit, retried and then done.
+OVERRUN_ONCE = 12
+# Jobs that run past their limit every time: dead-lettered after their 2 attempts.
+HOPELESS = 3
+# Long jobs cancelled once they run: half of them notice ctx.cancelled, half are killed after
+# --cancel-grace.
+LINGERING = 4
+POOL_ARGS = (
+    "--pool", "processes", "--concurrency", str(POOL_SLOTS), "--visibility-timeout", "3",
+    "--poll-interval", "0.2", "--cancel-grace", "1",
+)  # fmt: skip
+# Retries due within a second: the timed-out jobs' second attempts come during the chaos.
+POOL_ENV = {"JOBQUEUE_BACKOFF_BASE": "0.2"}
+
+
+@pytest.mark.slow
+def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue, fault_worker, figures):
+    processes.needs_proc()
+    rng = random.Random(15)
+    lingering = queue.push_many(
+        [
+            ("faults.linger", {"seconds": 120, "cooperative": n % 2 == 0}, {"priority": 20})
+            for n in range(LINGERING)
+        ]
+    )
+    # Due once the chaos has begun, so that their time limits strike among the kills.
+    timed = {"timeout": 0.5, "priority": 10, "delay": 4}
+    overrun = queue.push_many(
+        [("faults.overrun", {"seconds": 10, "overrun_attempts": 1}, timed) for _ in range(OVERRUN_ONCE)]
+        + [("faults.overrun", {"seconds": 10, "overrun_attempts": 99}, {**timed, "max_attempts": 2})]
+        * HOPELESS
+    )
+    work = queue.push_many(
+        [("faults.work", {"seconds": rng.uniform(0.05, 0.25), "n": n}, {}) for n in range(POOL_JOBS)]
+    )
+    hopeless_ids = {job.pk for job in overrun[OVERRUN_ONCE:]}
+    serial = iter(range(1_000))
+    started: dict[str, WorkerProcess] = {}
+
+    def start() -> tuple[str, WorkerProcess]:
+        worker_id = f"pool-chaos-{next(serial)}"
+        started[worker_id] = fault_worker(*POOL_ARGS, "--worker-id", worker_id, env=POOL_ENV)
+        return worker_id, started[worker_id]
+
+    def logged(pattern: str) -> int:
+        return sum(len(re.findall(pattern, worker.log())) for worker in started.values())
+
+    workers = [start() for _ in range(POOL_WORKERS)]
+    # The long jobs go first: cancel them once they all run, and let every worker tell its own
+    # to stop (the cancel watch's next look, then --cancel-grace for those that do not notice)
+    # before the first kill, so that each running attempt logs outcome=cancelled.
+    linger_ids = {job.pk for job in lingering}
+    wait_until(
+        lambda: {run.job_id for run in ledger.executions() if run.job_id in linger_ids} == linger_ids,
+        60,
+        "the long jobs to run",
+    )
+    cancels = {job.pk: time.time() for job in lingering if queue.cancel(job)}
+    wait_until(lambda: logged(r"job faults\.linger .* outcome=cancelled") == LINGERING, 20, "the cancels")
+
+    began = time.monotonic()
+    kills: dict[str, float] = {}
+    child_kills: dict[int, float] = {}
+    rounds = 0
+    next_kill = began + KILL_EVERY
+    while next_kill <= began + POOL_CHAOS_FOR:
+        time.sleep(max(0.0, next_kill - time.monotonic()))  # the chaos's own pace
+        slot = rounds % POOL_WORKERS
+        worker_id, worker = workers[slot]
+        if rounds % 2 == 0:
+            worker.send(signal.SIGKILL)
+            kills[worker_id] = time.time()
+            worker.wait()
+            workers[slot] = start()
+        else:
+            children = processes.pool_children(worker.pid)
+            if children:
+                victim = rng.choice(children)
+                os.kill(victim, signal.SIGKILL)
+                child_kills[victim] = time.time()
+        rounds += 1
+        next_kill += KILL_EVERY
+
+    def settled() -> bool:
+        done = Job.objects.filter(status="done").count()
+        dead = DeadLetter.objects.filter(job_id__in=hopeless_ids).count()
+        return done == POOL_JOBS + OVERRUN_ONCE and dead == HOPELESS
+
+    # A deadline, not a pace.
+    wait_until(settled, 240, "every job to be done, the hopeless ones dead-lettered")
+    elapsed = time.monotonic() - began
+    for _worker_id, worker in workers:
+        worker.wait_started(60)
+        worker.send(signal.SIGTERM)
+    for _worker_id, worker in workers:
+        assert worker.wait(30) == 0, worker.log()
+
+    report = check(
+        [job.pk for job in (*lingering, *overrun, *work)],
+        kills=kills,
+        child_kills=child_kills,
+        cancels=cancels,
+        logs={worker_id: worker.log() for worker_id, worker in started.items()},
+    )
+    figures(
+        scenario="process pool chaos",
+        faults=(
+            f"{len(cancels)} running jobs cancelled; then {len(kills)} worker SIGKILLs and "
+            f"{len(child_kills)} child SIGKILLs, one every {KILL_EVERY:g} s for {POOL_CHAOS_FOR:g} s"
+        ),
+        workers=f"{POOL_WORKERS} x {POOL_SLOTS} child processes, visibility timeout 3 s, cancel grace 1 s",
+        drained_in=round(elapsed, 1),
+        **report.summary(),
+    )
+    report.assert_nothing_lost()
+    assert (len(cancels), report.cancelled, report.cancelled_running) == (LINGERING,) * 3, report.summary()
+    assert report.done_once + report.done_more == POOL_JOBS + OVERRUN_ONCE
+    assert set(report.dead_ids) == hopeless_ids
+    assert set(report.extra_runs) <= {KILL, CHILD_KILL, TIMEOUT}, report.summary()
+    assert report.extra_runs[KILL] > 0 and report.extra_runs[CHILD_KILL] > 0, "the kills hit running jobs"
+    assert report.timeouts_retried > 0 and report.timeouts_dead > 0, report.summary()
