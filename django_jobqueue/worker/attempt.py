@@ -151,6 +151,8 @@ class Attempt:
     unstarted: bool = False
     # Not empty if the child process running it died: how (the job's effects are unknown).
     died: str = ""
+    # True if its child process was gone before it was even sent the job: it never ran.
+    unsent: bool = False
 
 
 def timeout_verdict(job: Job, control: Any, attempt: Attempt | None) -> Verdict:

@@ -218,6 +218,8 @@ class Executor:
             return outcome
         if reason is StopReason.SHUTDOWN:
             return Outcome.RELEASED  # handed back, and logged, when the worker stopped
+        if attempt.unsent:
+            return self.hand_back(job)
         if reason is StopReason.TIMEOUT:
             verdict = timeout_verdict(job, control, attempt)
         elif attempt.died:

@@ -134,7 +134,11 @@ class Child:
         try:
             self._jobs.send(job)
         except (OSError, ValueError) as exc:
-            return self._died(f"could not send it the job: {exc}")
+            # The child died between jobs: this one never started, so it is handed back, its
+            # attempt not counted, and the slot gets a new child.
+            self.spoiled = f"it exited ({self._exit_status()})"
+            error = f"child process {self.pid} was gone before the job was sent ({exc})"
+            return Attempt(Verdict(Action.NACK, error=error), unsent=True)
         control.attach(ChildTarget(self, control.claim))
         ready = wait([self._jobs, self._process.sentinel])
         if self._jobs not in ready:
