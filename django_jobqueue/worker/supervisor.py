@@ -443,7 +443,10 @@ class Supervisor:
         """Let each idle child exit; kill those still running a job (its claim was handed back)."""
         for number, child in enumerate(self._children):
             if number < len(self._slots) and self._slots[number].is_alive():
+                # Not retired: its slot's thread still waits on its pipes and joins it once it
+                # died; closing them under that thread crashed it.
                 child.kill("the worker stopped")
+                continue
             child.retire()
 
     def _unregister(self) -> None:
