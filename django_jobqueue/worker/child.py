@@ -66,6 +66,7 @@ class _Running:
         self.reason: StopReason | None = None
         self.inside = False  # in the job's own code: the only place JobTimeout may be raised
         self.interrupt_for: tuple[int, int] | None = None
+        self.early: tuple[tuple[int, int], StopReason] | None = None
         self.raised = False
 
 
@@ -114,8 +115,14 @@ def _run(job: Job, running: _Running, worker_id: str, client: Any) -> Answer:
     from .outage import failed_to_connect
 
     close_held_connections()
+    claim = (job.pk, job.claim_token)
     with running.lock:
-        running.claim, running.reason, running.raised = (job.pk, job.claim_token), None, False
+        running.claim, running.reason, running.raised = claim, None, False
+        # A stop sent right after the job, which the watcher read before this thread took it.
+        if running.early is not None and running.early[0] == claim:
+            running.reason = running.early[1]
+            running.interrupt_for = claim if running.reason is StopReason.TIMEOUT else None
+        running.early = None
     attempt = run_job(job, worker_id, client, lambda: running.reason is not None, guard=_Inside(running))
     with running.lock:
         running.claim = None
@@ -136,7 +143,12 @@ class _Inside:
         self.running = running
 
     def __enter__(self) -> None:
-        self.running.inside = True
+        running = self.running
+        running.inside = True
+        if running.interrupt_for == running.claim and not running.raised:
+            # Told to stop for its timeout before it even started.
+            running.raised = True
+            raise JobTimeout("timed out")
 
     def __exit__(self, *exc_info: object) -> None:
         self.running.inside = False
@@ -165,7 +177,10 @@ def _watch(control: Connection, running: _Running) -> None:
             os._exit(ORPHANED)
         with running.lock:
             if claim != running.claim:
-                continue  # meant for a job that ended meanwhile
+                # Meant for a job that ended meanwhile, or for the one sent just now, which the
+                # main thread has not taken yet: it looks here when it does.
+                running.early = (claim, StopReason(reason))
+                continue
             running.reason = StopReason(reason)
             if running.reason is StopReason.TIMEOUT:
                 running.interrupt_for = claim
