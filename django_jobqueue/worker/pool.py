@@ -16,10 +16,8 @@ or timed out (its state may be anything), and when it died.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import threading
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from typing import Any
 
 from ..models import Job
@@ -52,6 +50,11 @@ class ChildLimits:
 
 def pool_context() -> Any:
     """The multiprocessing context children start from: a fork server where there is one, else spawn."""
+    # multiprocessing is imported here, and in Child, rather than with this module: once it is
+    # imported, every log record looks up the current process's name (logging.logMultiprocessing),
+    # a cost on each job's line that a thread pool's worker would pay for nothing.
+    import multiprocessing
+
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([FORK_SERVER_MODULE])
@@ -95,6 +98,8 @@ class Child:
 
     def start(self) -> None:
         """Start the process and wait until it is ready; raise ``ChildStartError`` if it is not."""
+        from multiprocessing.connection import wait
+
         from .child import main
 
         context = pool_context()
@@ -125,6 +130,8 @@ class Child:
 
     def attempt(self, job: Job, control: RunControl) -> Attempt:
         """Run ``job`` in the child; return its attempt, or one that says the child died."""
+        from multiprocessing.connection import wait
+
         try:
             self._jobs.send(job)
         except (OSError, ValueError) as exc:
