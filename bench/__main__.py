@@ -4,7 +4,10 @@ PostgreSQL comes from ``DATABASE_URL`` (its database is created if missing and
 migrated); SQLite uses a fresh file under ``var/``. Each database is measured in
 a process of its own (``bench/part.py``), ours and the baseline interleaved run
 by run, and the medians are printed as a Markdown table with ratios, targets
-and each figure's spread across runs. See docs/performance.md.
+and each figure's spread across runs. On PostgreSQL, ``runworker --pool
+processes`` is also measured against the thread pool (``bench/processes.py``);
+``--against REF`` adds the thread pool's drains of this tree against those of
+the commit REF (``bench/against.py``). See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from . import report
+from . import against, report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +37,13 @@ FULL = {
     "pickup_gap": 0.02,
     "concurrencies": [1, 8, 32, 100, 200],
     "sqlite_concurrencies": [1, 8, 32],
+    # --pool processes against the thread pool (bench/processes.py).
+    "pool_concurrencies": [2, 4],
+    "pool_judged_concurrency": 4,  # where issue 15's bars are read: see docs/performance.md
+    "pool_cpu_jobs": 1_000,
+    "pool_noop_jobs": 5_000,
+    "pool_memory_concurrency": 8,
+    "pool_memory_jobs": 2_000,
 }
 QUICK = {
     **FULL,
@@ -43,6 +54,9 @@ QUICK = {
     "pickup_jobs": 100,
     "concurrencies": [1, 8, 32],
     "sqlite_concurrencies": [1, 8],
+    "pool_cpu_jobs": 300,
+    "pool_noop_jobs": 2_000,
+    "pool_memory_jobs": 500,
 }
 
 
@@ -58,7 +72,7 @@ def create_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def run_part(vendor: str, url: str, cfg: dict[str, object]) -> dict[str, list[float]]:
+def run_part(vendor: str, url: str, cfg: dict[str, Any]) -> dict[str, list[float]]:
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "false"}
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
@@ -79,12 +93,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, one run: for iterating")
     parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
-    parser.add_argument("--only", choices=["postgresql", "sqlite"], help="measure one database only")
+    parser.add_argument(
+        "--only",
+        choices=["postgresql", "sqlite", "pool", "against"],
+        help="measure one database only; or on PostgreSQL only --pool processes against threads (pool), "
+        "or only the drains against --against's commit (against)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="also drain no-op jobs with the thread pool of this tree and of the commit REF, in turns",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw samples to this file")
     args = parser.parse_args()
-    cfg = dict(QUICK if args.quick else FULL)
+    cfg: dict[str, Any] = dict(QUICK if args.quick else FULL)
     if args.runs:
         cfg["runs"] = args.runs
+    cfg["parts"] = {"pool": ["pool"], "against": []}.get(args.only or "", ["queue", "pool"])
+    if args.against:
+        commit = against.resolve(args.against)
+        cfg["against"] = {"ref": args.against, "commit": commit, "tree": str(against.export(commit))}
+        cfg["parts"].append("against")
+    elif args.only == "against":
+        parser.error("--only against needs --against REF")
     url = os.environ.get("DATABASE_URL", "")
     if args.only != "sqlite" and not url.startswith(("postgres://", "postgresql://")):
         raise SystemExit(
@@ -92,11 +123,12 @@ def main() -> None:
         )
 
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     results: dict[str, dict[str, list[float]]] = {}
     if args.only != "sqlite":
         create_database(url)
         results["postgresql"] = run_part("postgresql", url, cfg)
-    if args.only != "postgresql":
+    if args.only in (None, "sqlite"):
         sqlite_file = ROOT / "var" / "bench.sqlite3"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{sqlite_file}{suffix}").unlink(missing_ok=True)
@@ -107,15 +139,24 @@ def main() -> None:
     print(
         f"\n{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}; "
         f"medians of {cfg['runs']} run(s), noise = half the runs' range / median; "
-        f"{time.monotonic() - started:.0f}s\n"
+        f"{time.monotonic() - started:.0f}s; load average {load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after\n"
     )
     if "postgresql" in results:
         samples = results["postgresql"]
-        print(report.render("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples))  # type: ignore[arg-type]
-        print()
+        if "queue" in cfg["parts"]:
+            print(report.render("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples))
+            print()
+        if "pool" in cfg["parts"]:
+            print(report.render("PostgreSQL: --pool processes", report.pool_rows(samples, cfg), samples))
+            print()
+        if "against" in cfg["parts"]:
+            title = f"PostgreSQL: this tree against {args.against} ({cfg['against']['commit'][:7]})"
+            print(report.render(title, report.against_rows(samples, cfg), samples))
+            print()
     if "sqlite" in results:
         samples = results["sqlite"]
-        print(report.render("SQLite", report.sqlite_rows(samples, cfg["sqlite_concurrencies"]), samples))  # type: ignore[arg-type]
+        print(report.render("SQLite", report.sqlite_rows(samples, cfg["sqlite_concurrencies"]), samples))
 
 
 if __name__ == "__main__":

@@ -23,3 +23,12 @@ def stamp(path: str, n: int) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+@job(name="bench.spin")
+def spin(n: int) -> int:
+    """Sum the integers below ``n`` in a Python loop: CPU-bound work that holds the GIL throughout."""
+    total = 0
+    for i in range(n):
+        total += i
+    return total

@@ -26,10 +26,11 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
-from . import ours, raw, raw_sqlite  # noqa: E402
+from . import ours, processes, raw, raw_sqlite  # noqa: E402
 from .worker import drain, worker_env  # noqa: E402
 
 Samples = dict[str, list[float]]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def say(text: str) -> None:
@@ -84,6 +85,18 @@ def batch_inserts_interleaved(info: str, count: int, rounds: int = 5) -> tuple[f
 
 def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
     samples: Samples = defaultdict(list)
+    if "queue" in cfg["parts"]:
+        measure_queue(cfg, url, samples)
+    if "pool" in cfg["parts"]:
+        measure_pool(cfg, url, samples)
+    if "against" in cfg["parts"]:
+        measure_against(cfg, url, samples)
+    ours.reset()
+    return samples
+
+
+def measure_queue(cfg: dict[str, Any], url: str, samples: Samples) -> None:
+    """Enqueue, drain, pickup and backlog, ours against the raw baseline."""
     env = worker_env(url)
     info = conninfo(url)
     n_drain = cfg["drain_jobs"]
@@ -130,7 +143,73 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         ours.reset()
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {raw.TABLE}")
-    return samples
+
+
+def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
+    """``--pool processes`` against the thread pool at the same concurrency, run after run."""
+    env = worker_env(url)
+    loops, took = processes.calibrate_spin()
+    samples["spin_ms"].append(took * 1000)
+    say(f"pool: bench.spin({loops:,}) takes {took * 1000:.2f} ms here")
+    n_cpu, n_noop = cfg["pool_cpu_jobs"], cfg["pool_noop_jobs"]
+    for run in range(cfg["runs"]):
+        say(f"pool run {run + 1}/{cfg['runs']}")
+        for concurrency in cfg["pool_concurrencies"]:
+            for pool in ("threads", "processes"):
+                args = [f"--concurrency={concurrency}", f"--pool={pool}"]
+                processes.fill_spin(n_cpu, loops)
+                result = drain(args, env)
+                check_drained(result.done, n_cpu, concurrency)
+                samples[f"cpu_{pool}_c{concurrency}"].append(result.rate)
+                ours.fill(n_noop)
+                result = drain(args, env)
+                check_drained(result.done, n_noop, concurrency)
+                samples[f"noop_{pool}_c{concurrency}"].append(result.rate)
+                say(
+                    f"  {pool} c={concurrency}: cpu {samples[f'cpu_{pool}_c{concurrency}'][-1]:,.0f} jobs/s, "
+                    f"no-op {result.rate:,.0f} jobs/s"
+                )
+        concurrency = cfg["pool_memory_concurrency"]
+        for pool in ("threads", "processes"):
+            tree = processes.memory_after_jobs(
+                [f"--concurrency={concurrency}", f"--pool={pool}"], env, cfg["pool_memory_jobs"]
+            )
+            if pool == "processes" and len(tree.children) != concurrency:
+                raise RuntimeError(
+                    f"found {len(tree.children)} children of the fork server, not {concurrency}"
+                )
+            mb = processes.MB
+            samples[f"mem_{pool}_rss"].append(tree.worker.rss / mb)
+            samples[f"mem_{pool}_pss"].append(tree.worker.pss / mb)
+            samples[f"mem_{pool}_total_pss"].append(tree.total_pss / mb)
+            if pool == "processes":
+                samples["mem_fork_server_rss"].append(tree.fork_server.rss / mb)
+                samples["mem_children_rss"].append(tree.children_rss / mb)
+                samples["mem_children_pss"].append(tree.children_pss / mb)
+            say(
+                f"  memory, {pool} c={concurrency}: worker RSS {tree.worker.rss / mb:.0f} MB, "
+                f"PSS of its tree {tree.total_pss / mb:.0f} MB"
+            )
+
+
+def measure_against(cfg: dict[str, Any], url: str, samples: Samples) -> None:
+    """The thread pool's no-op drains of this tree and of another commit's, taking turns run by run."""
+    env = worker_env(url)
+    other = Path(cfg["against"]["tree"])
+    n_drain = cfg["drain_jobs"]
+    for run in range(cfg["runs"]):
+        say(f"against {cfg['against']['ref']}: run {run + 1}/{cfg['runs']}")
+        for concurrency in cfg["concurrencies"]:
+            # Who goes first alternates, so that neither always meets a freshly vacuumed table.
+            turns = [("here", ROOT), ("there", other)]
+            for side, root in turns if run % 2 == 0 else turns[::-1]:
+                ours.fill(n_drain)
+                result = drain([f"--concurrency={concurrency}"], env, root=root)
+                check_drained(result.done, n_drain, concurrency)
+                samples[f"{side}_drain_c{concurrency}"].append(result.rate)
+            here = samples[f"here_drain_c{concurrency}"][-1]
+            there = samples[f"there_drain_c{concurrency}"][-1]
+            say(f"  drain c={concurrency}: {here:,.0f}/s against {there:,.0f}/s ({here / there:.2f}x)")
 
 
 def measure_sqlite(cfg: dict[str, Any], url: str) -> Samples:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 Samples = dict[str, list[float]]
+# A row's target as text, and the test on (ours, ratio) that meets it.
+Target = tuple[str, Callable[[float, float | None], bool] | None]
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,69 @@ def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
         label = f"worker peak RSS, --concurrency {concurrency}"
         rows.append(Row(label, f"rss_c{concurrency}", None, "MB", target, met))
     return rows
+
+
+def pool_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
+    """``--pool processes`` against the thread pool: each row's baseline is the thread pool's figure."""
+    judged = cfg["pool_judged_concurrency"]
+    rows = [Row("bench.spin, CPU time of one call in the benchmark's process", "spin_ms", None, "ms")]
+    for concurrency in cfg["pool_concurrencies"]:
+        # Issue 15's bars, read at one concurrency; the others are shown for comparison.
+        cpu: Target = ("≥ 1.8×", _ratio(1.8)) if concurrency == judged else ("", None)
+        noop: Target = ("≥ 0.5×", _ratio(0.5)) if concurrency == judged else ("", None)
+        rows += [
+            Row(
+                f"CPU-bound drain, --concurrency {concurrency}: processes vs threads",
+                f"cpu_processes_c{concurrency}",
+                f"cpu_threads_c{concurrency}",
+                "/s",
+                *cpu,
+            ),
+            Row(
+                f"no-op drain, --concurrency {concurrency}: processes vs threads",
+                f"noop_processes_c{concurrency}",
+                f"noop_threads_c{concurrency}",
+                "/s",
+                *noop,
+            ),
+        ]
+    slots = cfg["pool_memory_concurrency"]
+    rows += [
+        Row(f"thread pool, --concurrency {slots}: worker RSS", "mem_threads_rss", None, "MB"),
+        Row(f"thread pool, --concurrency {slots}: worker PSS", "mem_threads_pss", None, "MB"),
+        Row(
+            "processes: worker (parent) RSS vs the thread pool's",
+            "mem_processes_rss",
+            "mem_threads_rss",
+            "MB",
+        ),
+        Row("processes: fork server RSS", "mem_fork_server_rss", None, "MB"),
+        Row(f"processes: {slots} children, RSS summed", "mem_children_rss", None, "MB"),
+        Row(f"processes: {slots} children, PSS summed", "mem_children_pss", None, "MB"),
+        Row(
+            "processes: PSS of worker + fork server + children vs the thread pool's",
+            "mem_processes_total_pss",
+            "mem_threads_total_pss",
+            "MB",
+        ),
+    ]
+    return rows
+
+
+def against_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
+    """The thread pool's no-op drains of this tree, each against the same drain of the other commit."""
+    ref = cfg["against"]["ref"]
+    return [
+        Row(
+            f"drain, --concurrency {concurrency}: this tree vs {ref}",
+            f"here_drain_c{concurrency}",
+            f"there_drain_c{concurrency}",
+            "/s",
+            "≥ 0.95×",
+            _ratio(0.95),
+        )
+        for concurrency in cfg["concurrencies"]
+    ]
 
 
 def sqlite_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:

@@ -46,11 +46,12 @@ def worker_env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def spawn(args: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], env: dict[str, str], log_path: Path, root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``manage.py runworker`` of the tree ``root`` (this one, or another commit's: ``against.py``)."""
     with log_path.open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "manage.py", "runworker", *args],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -66,12 +67,15 @@ def _peak_rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
-def drain(args: list[str], env: dict[str, str], timeout: float = 600.0) -> Drain:
-    """Run ``runworker --burst`` (plus ``args``) to its exit; measure it from its log and /proc."""
+def drain(args: list[str], env: dict[str, str], timeout: float = 600.0, root: Path = ROOT) -> Drain:
+    """Run ``runworker --burst`` (plus ``args``) of the tree ``root`` to its exit; measure it.
+
+    Its rate comes from its log, its memory from /proc.
+    """
     with tempfile.TemporaryDirectory(prefix="jq-bench-") as tmp:
         log_path = Path(tmp) / "worker.log"
         started = time.perf_counter()
-        proc = spawn(["--burst", *args], env, log_path)
+        proc = spawn(["--burst", *args], env, log_path, root)
         peak = 0.0
         deadline = time.monotonic() + timeout
         while proc.poll() is None:

@@ -7,6 +7,10 @@ loads, the same fenced ack, the same log line, only later or cheaper.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -18,6 +22,8 @@ from django_jobqueue.queue.rows import JOB_FIELDS, loaded_job
 from django_jobqueue.worker.completer import Completer
 from django_jobqueue.worker.executor import Executor
 from django_jobqueue.worker.outcomes import Outcome
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @job(name="tests.hot_path.noop")
@@ -154,3 +160,21 @@ def test_a_batch_that_fails_logs_each_ack_unrecorded(queue, job_factory, complet
     messages = [r.getMessage() for r in caplog.records]
     assert any("could not record its outcome (ConnectionError" in m for m in messages)
     assert any("outcome=unrecorded" in m for m in messages)
+
+
+def test_a_thread_pool_worker_does_not_import_multiprocessing():
+    # Once it is imported, logging looks up the current process's name for every record, one
+    # per job: --pool processes imports it when it starts its children, and only then. (Django's
+    # SQLite backend imports it on its own; what the worker's modules add is what counts.)
+    code = (
+        "import sys, django; django.setup(); "
+        "before = set(sys.modules); "
+        "from django_jobqueue.management.commands import runworker; "
+        "from django_jobqueue.worker import supervisor; "
+        "print(sorted(name for name in set(sys.modules) - before if name.split('.')[0] == 'multiprocessing'))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stderr

@@ -81,6 +81,7 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
         jobs.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     running = _Running()
+    resident = _Resident()
     signal.signal(signal.SIGUSR1, lambda signum, frame: _interrupted(running, frame))
     threading.Thread(target=_watch, args=(control, running), name="jobqueue-child-watch", daemon=True).start()
     jobs.send(("ready", os.getpid()))
@@ -91,7 +92,7 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
             return  # the parent is gone
         if job is None:
             break
-        jobs.send(_run(job, running, worker_id, client))
+        jobs.send(_run(job, running, worker_id, client, resident))
     _close_connections()
 
 
@@ -109,7 +110,7 @@ def _ready(verbosity: int, using: str) -> Any:
     return QueueClient(using)
 
 
-def _run(job: Job, running: _Running, worker_id: str, client: Any) -> Answer:
+def _run(job: Job, running: _Running, worker_id: str, client: Any, resident: _Resident) -> Answer:
     from .attempt import run_job
     from .executor import close_held_connections
     from .outage import failed_to_connect
@@ -133,7 +134,7 @@ def _run(job: Job, running: _Running, worker_id: str, client: Any) -> Answer:
     if running.raised:
         _close_connections()  # interrupted anywhere, even inside a database driver
     close_held_connections()
-    return Answer(attempt, _resident_bytes())
+    return Answer(attempt, resident.bytes())
 
 
 class _Inside:
@@ -223,12 +224,25 @@ def _let_fork_server_go() -> None:
     server._forkserver_alive_fd = None
 
 
-def _resident_bytes() -> int:
-    """This process's resident memory now (Linux), else its peak."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+class _Resident:
+    """This process's resident memory now (Linux), else its peak; read after every job."""
+
+    def __init__(self) -> None:
+        # Opened once, in the child itself (/proc/self names the process that opens it), and
+        # read again from its start after each job: an open, read and close per job cost
+        # about 13 times as much (18 µs against 1.4 µs here), in every no-op job's round trip.
+        try:
+            self._statm: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._statm = None
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def bytes(self) -> int:
+        if self._statm is not None:
+            try:
+                return int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+            except (OSError, ValueError, IndexError):
+                pass
         import resource
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

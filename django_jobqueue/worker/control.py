@@ -68,6 +68,9 @@ class RunControl:
 
     def __init__(self, job: Job, timeout: float | None, grace: float) -> None:
         self.job = job
+        # The attempt's key in the worker's maps, read about five times a job: computed once
+        # (``job.pk`` is a property of Django's).
+        self.claim: tuple[int, int] = (job.pk, job.claim_token)
         self.timeout = timeout
         self.started = time.monotonic()
         self.deadline = None if timeout is None else self.started + timeout
@@ -80,10 +83,6 @@ class RunControl:
         self.outcome = Outcome.PENDING  # what the watchdog wrote, when it gave the attempt up
         self._target: Target | None = None
         self._lock = threading.Lock()
-
-    @property
-    def claim(self) -> tuple[int, int]:
-        return (self.job.pk, self.job.claim_token)
 
     @property
     def stopping(self) -> bool:

@@ -16,11 +16,9 @@ or timed out (its state may be anything), and when it died.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import signal
 import threading
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from typing import Any
 
 from ..models import Job
@@ -57,6 +55,11 @@ def pool_context() -> Any:
     Raise ``ChildStartError`` where there is none (Windows): children are
     also interrupted with ``SIGUSR1``, which only POSIX systems have.
     """
+    # multiprocessing is imported here, and in Child, rather than with this module: once it is
+    # imported, every log record looks up the current process's name (logging.logMultiprocessing),
+    # a cost on each job's line that a thread pool's worker would pay for nothing.
+    import multiprocessing
+
     if "forkserver" not in multiprocessing.get_all_start_methods() or not hasattr(signal, "SIGUSR1"):
         raise ChildStartError("--pool processes needs a POSIX system (Linux, macOS): use --pool threads")
     context = multiprocessing.get_context("forkserver")
@@ -100,6 +103,8 @@ class Child:
 
     def start(self) -> None:
         """Start the process and wait until it is ready; raise ``ChildStartError`` if it is not."""
+        from multiprocessing.connection import wait
+
         from .child import main
 
         context = pool_context()
@@ -131,6 +136,8 @@ class Child:
 
     def attempt(self, job: Job, control: RunControl) -> Attempt:
         """Run ``job`` in the child; return its attempt, or one that says the child died."""
+        from multiprocessing.connection import wait
+
         try:
             self._jobs.send(job)
         except (OSError, ValueError) as exc:
