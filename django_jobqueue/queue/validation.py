@@ -118,17 +118,21 @@ def check_max_attempts(max_attempts: object) -> int:
     return max_attempts
 
 
+def _as_seconds(value: object, what: str, ceiling: str) -> float:
+    """``value``, a ``timedelta`` or a number (not a bool), in seconds; ``ceiling`` words its bound."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an int too large for a float
+            raise ValueError(f"{what} of {len(str(value))} digits is more than {ceiling}") from None
+    raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
+
+
 def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
     """Return a duration given as a ``timedelta`` or a number of seconds, in seconds."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int too large for a float
-            raise ValueError(f"{what} of {len(str(value))} digits is more than 100 years") from None
-    else:
-        raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
+    seconds = _as_seconds(value, what, "100 years")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{what} must be 0 seconds or more, got {seconds}")
     if seconds == 0 and not allow_zero:
@@ -155,15 +159,7 @@ def check_timeout(value: object, what: str = "timeout") -> float:
     ``value`` is a ``timedelta`` or a number of seconds. Raise ``ValueError``
     naming ``what`` otherwise (NaN and infinity included).
     """
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int too large for a float
-            raise ValueError(f"{what} of {len(str(value))} digits is more than 7 days") from None
-    else:
-        raise ValueError(f"{what} must be a timedelta or seconds, not {type(value).__name__}")
+    seconds = _as_seconds(value, what, "7 days")
     if not math.isfinite(seconds):
         raise ValueError(f"{what} must be a finite number of seconds, got {value}")
     if seconds <= 0:
