@@ -6,9 +6,13 @@ Threads of one worker, each with its own database connection:
   in one statement and hands each job to an idle slot; the acks of the jobs
   that finished since its last round go in the same transaction
   (``completer.py``);
-- ``concurrency`` *slots* run one job at a time each (``executor.py``);
+- ``concurrency`` *slots* run one job at a time each (``executor.py``), in
+  their own thread or, with ``--pool processes``, in a child process of
+  their own that the slot's thread feeds (``pool.py``);
 - once the loop stops claiming, the *completer* writes the acks still to come;
-- the heartbeat, the ticker and, on PostgreSQL, the listener (their modules);
+- the heartbeat, the ticker, the scheduler, the watchdog and the cancel watch
+  (time limits and cancels, ``watchdog.py``) and, on PostgreSQL, the listener
+  (their modules);
 - the main thread only waits, so that a signal handler never interrupts a
   thread holding a lock it needs (``signals.py``).
 
@@ -17,7 +21,8 @@ A claim commits before its job runs: no transaction is open across job code.
 Stopping (``SIGTERM`` / ``SIGINT``): no more claims; running jobs get up to
 ``shutdown_timeout`` seconds to finish, heartbeat still beating; then the claims
 of those still running are released (ready again, the attempt not counted)
-and the process exits 0, leaving their threads behind. ``--max-jobs`` and
+and the process exits 0, leaving their threads behind (their code told to
+stop; a child still running one is killed). ``--max-jobs`` and
 ``--burst`` stop claiming the same way but wait for every running job.
 """
 
