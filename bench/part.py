@@ -154,6 +154,8 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
     n_cpu, n_noop = cfg["pool_cpu_jobs"], cfg["pool_noop_jobs"]
     for run in range(cfg["runs"]):
         say(f"pool run {run + 1}/{cfg['runs']}")
+        samples["spin_1_process"].append(processes.spin_rate(1, loops))
+        samples["spin_2_processes"].append(processes.spin_rate(2, loops))
         for concurrency in cfg["pool_concurrencies"]:
             for pool in ("threads", "processes"):
                 args = [f"--concurrency={concurrency}", f"--pool={pool}"]

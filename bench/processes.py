@@ -16,6 +16,8 @@ the slots' children; the three kinds are reported apart, the children summed.
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,32 @@ def _timed_spin(count: int, rounds: int) -> float:
         jobs.spin(count)
         timings.append(time.thread_time() - started)
     return statistics.median(timings)
+
+
+# bench.spin's loop, run ``calls`` times by a bare interpreter: no queue, no Django.
+_SPIN_ALONE = """
+import sys
+loops, calls = int(sys.argv[1]), int(sys.argv[2])
+for _call in range(calls):
+    total = 0
+    for i in range(loops):
+        total += i
+"""
+
+
+def spin_rate(processes: int, loops: int, calls: int = 200) -> float:
+    """Calls/s of ``bench.spin(loops)`` in ``processes`` bare interpreters at once.
+
+    Two against one is what this machine's cores give pure Python: the
+    ceiling of the process pool's lead on CPU-bound jobs, whatever the queue does.
+    """
+    started = time.perf_counter()
+    command = [sys.executable, "-c", _SPIN_ALONE, str(loops), str(calls)]
+    spinners = [subprocess.Popen(command) for _ in range(processes)]
+    for spinner in spinners:
+        if spinner.wait() != 0:
+            raise RuntimeError(f"a spinning interpreter exited {spinner.returncode}")
+    return processes * calls / (time.perf_counter() - started)
 
 
 def fill_spin(count: int, loops: int) -> None:
