@@ -188,6 +188,7 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
                 samples["mem_fork_server_rss"].append(tree.fork_server.rss / mb)
                 samples["mem_children_rss"].append(tree.children_rss / mb)
                 samples["mem_children_pss"].append(tree.children_pss / mb)
+                samples["mem_helpers_pss"].append(tree.helpers_pss / mb)
             say(
                 f"  memory, {pool} c={concurrency}: worker RSS {tree.worker.rss / mb:.0f} MB, "
                 f"PSS of its tree {tree.total_pss / mb:.0f} MB"

@@ -53,14 +53,22 @@ def _timed_spin(count: int, rounds: int) -> float:
     return statistics.median(timings)
 
 
-# bench.spin's loop, run ``calls`` times by a bare interpreter: no queue, no Django.
+# bench.spin's loop, run ``calls`` times by a bare interpreter: no queue, no Django. In a
+# function, as bench.spin is: at module level its variables would be dict lookups, twice as slow.
 _SPIN_ALONE = """
 import sys
+
+
+def spin(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
 loops, calls = int(sys.argv[1]), int(sys.argv[2])
 for _call in range(calls):
-    total = 0
-    for i in range(loops):
-        total += i
+    spin(loops)
 """
 
 
@@ -95,11 +103,12 @@ class Usage:
 
 @dataclass(frozen=True)
 class TreeMemory:
-    """A worker's memory and its descendants': the fork server and the children it forked."""
+    """A worker's memory and its descendants': the fork server, the children it forked, and helpers."""
 
     worker: Usage
     fork_server: Usage  # zero under the thread pool
     children: list[Usage]  # one per slot under --pool processes
+    helpers: list[Usage]  # the worker's other child processes (multiprocessing's resource tracker)
 
     @property
     def children_rss(self) -> int:
@@ -110,9 +119,13 @@ class TreeMemory:
         return sum(usage.pss for usage in self.children)
 
     @property
+    def helpers_pss(self) -> int:
+        return sum(usage.pss for usage in self.helpers)
+
+    @property
     def total_pss(self) -> int:
         """What the whole tree costs the machine: PSS adds up across processes, RSS does not."""
-        return self.worker.pss + self.fork_server.pss + self.children_pss
+        return self.worker.pss + self.fork_server.pss + self.children_pss + self.helpers_pss
 
 
 def memory_after_jobs(args: list[str], env: dict[str, str], count: int, timeout: float = 120.0) -> TreeMemory:
@@ -133,12 +146,14 @@ def memory_after_jobs(args: list[str], env: dict[str, str], count: int, timeout:
 
 
 def read_tree(pid: int) -> TreeMemory:
-    """The memory of worker ``pid``, of its fork server, and of the processes the fork server forked."""
-    fork_server = next((child for child in _children(pid) if _is_fork_server(child)), None)
+    """The memory of worker ``pid`` and of every process under it: fork server, its children, helpers."""
+    children = _children(pid)
+    fork_server = next((child for child in children if _is_fork_server(child)), None)
+    helpers = [usage(child) for child in children if child != fork_server]
     if fork_server is None:
-        return TreeMemory(usage(pid), Usage(0, 0), [])
+        return TreeMemory(usage(pid), Usage(0, 0), [], helpers)
     slots = [usage(child) for child in _children(fork_server)]
-    return TreeMemory(usage(pid), usage(fork_server), slots)
+    return TreeMemory(usage(pid), usage(fork_server), slots, helpers)
 
 
 def usage(pid: int) -> Usage:

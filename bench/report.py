@@ -185,8 +185,9 @@ def pool_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
         Row("processes: fork server RSS", "mem_fork_server_rss", None, "MB"),
         Row(f"processes: {slots} children, RSS summed", "mem_children_rss", None, "MB"),
         Row(f"processes: {slots} children, PSS summed", "mem_children_pss", None, "MB"),
+        Row("processes: multiprocessing's resource tracker, PSS", "mem_helpers_pss", None, "MB"),
         Row(
-            "processes: PSS of worker + fork server + children vs the thread pool's",
+            "processes: PSS of the worker and all its descendants vs the thread pool's",
             "mem_processes_total_pss",
             "mem_threads_total_pss",
             "MB",
