@@ -15,7 +15,6 @@ the slots' children; the three kinds are reported apart, the children summed.
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
@@ -34,9 +33,11 @@ MB = 1024 * 1024
 
 
 def calibrate_spin(seconds: float = SPIN_SECONDS, rounds: int = 21) -> tuple[int, float]:
-    """The loop count of ``bench.spin`` that takes about ``seconds`` of CPU here, and what it took (median).
+    """The loop count of ``bench.spin`` that takes about ``seconds`` of CPU here, and what it took.
 
-    Timed in CPU time, so that other processes on the machine do not lengthen it.
+    Timed in CPU time, the least of ``rounds`` calls: other processes lengthen
+    a call even in CPU time (they share the core's caches, and on a virtual
+    machine its host), and a count fitted to a slowed call makes short jobs.
     """
     count = 20_000
     for _step in range(2):
@@ -50,7 +51,7 @@ def _timed_spin(count: int, rounds: int) -> float:
         started = time.thread_time()
         jobs.spin(count)
         timings.append(time.thread_time() - started)
-    return statistics.median(timings)
+    return min(timings)
 
 
 # bench.spin's loop, run ``calls`` times by a bare interpreter: no queue, no Django. In a
