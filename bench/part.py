@@ -154,6 +154,8 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
     n_cpu, n_noop = cfg["pool_cpu_jobs"], cfg["pool_noop_jobs"]
     for run in range(cfg["runs"]):
         say(f"pool run {run + 1}/{cfg['runs']}")
+        samples["spin_1_process"].append(processes.spin_rate(1, loops))
+        samples["spin_2_processes"].append(processes.spin_rate(2, loops))
         for concurrency in cfg["pool_concurrencies"]:
             for pool in ("threads", "processes"):
                 args = [f"--concurrency={concurrency}", f"--pool={pool}"]
@@ -186,6 +188,7 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
                 samples["mem_fork_server_rss"].append(tree.fork_server.rss / mb)
                 samples["mem_children_rss"].append(tree.children_rss / mb)
                 samples["mem_children_pss"].append(tree.children_pss / mb)
+                samples["mem_helpers_pss"].append(tree.helpers_pss / mb)
             say(
                 f"  memory, {pool} c={concurrency}: worker RSS {tree.worker.rss / mb:.0f} MB, "
                 f"PSS of its tree {tree.total_pss / mb:.0f} MB"

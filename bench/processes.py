@@ -15,7 +15,8 @@ the slots' children; the three kinds are reported apart, the children summed.
 
 from __future__ import annotations
 
-import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,11 @@ MB = 1024 * 1024
 
 
 def calibrate_spin(seconds: float = SPIN_SECONDS, rounds: int = 21) -> tuple[int, float]:
-    """The loop count of ``bench.spin`` that takes about ``seconds`` of CPU here, and what it took (median).
+    """The loop count of ``bench.spin`` that takes about ``seconds`` of CPU here, and what it took.
 
-    Timed in CPU time, so that other processes on the machine do not lengthen it.
+    Timed in CPU time, the least of ``rounds`` calls: other processes lengthen
+    a call even in CPU time (they share the core's caches, and on a virtual
+    machine its host), and a count fitted to a slowed call makes short jobs.
     """
     count = 20_000
     for _step in range(2):
@@ -48,7 +51,41 @@ def _timed_spin(count: int, rounds: int) -> float:
         started = time.thread_time()
         jobs.spin(count)
         timings.append(time.thread_time() - started)
-    return statistics.median(timings)
+    return min(timings)
+
+
+# bench.spin's loop, run ``calls`` times by a bare interpreter: no queue, no Django. In a
+# function, as bench.spin is: at module level its variables would be dict lookups, twice as slow.
+_SPIN_ALONE = """
+import sys
+
+
+def spin(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+loops, calls = int(sys.argv[1]), int(sys.argv[2])
+for _call in range(calls):
+    spin(loops)
+"""
+
+
+def spin_rate(processes: int, loops: int, calls: int = 200) -> float:
+    """Calls/s of ``bench.spin(loops)`` in ``processes`` bare interpreters at once.
+
+    Two against one is what this machine's cores give pure Python: the
+    ceiling of the process pool's lead on CPU-bound jobs, whatever the queue does.
+    """
+    started = time.perf_counter()
+    command = [sys.executable, "-c", _SPIN_ALONE, str(loops), str(calls)]
+    spinners = [subprocess.Popen(command) for _ in range(processes)]
+    for spinner in spinners:
+        if spinner.wait() != 0:
+            raise RuntimeError(f"a spinning interpreter exited {spinner.returncode}")
+    return processes * calls / (time.perf_counter() - started)
 
 
 def fill_spin(count: int, loops: int) -> None:
@@ -67,11 +104,12 @@ class Usage:
 
 @dataclass(frozen=True)
 class TreeMemory:
-    """A worker's memory and its descendants': the fork server and the children it forked."""
+    """A worker's memory and its descendants': the fork server, the children it forked, and helpers."""
 
     worker: Usage
     fork_server: Usage  # zero under the thread pool
     children: list[Usage]  # one per slot under --pool processes
+    helpers: list[Usage]  # the worker's other child processes (multiprocessing's resource tracker)
 
     @property
     def children_rss(self) -> int:
@@ -82,9 +120,13 @@ class TreeMemory:
         return sum(usage.pss for usage in self.children)
 
     @property
+    def helpers_pss(self) -> int:
+        return sum(usage.pss for usage in self.helpers)
+
+    @property
     def total_pss(self) -> int:
         """What the whole tree costs the machine: PSS adds up across processes, RSS does not."""
-        return self.worker.pss + self.fork_server.pss + self.children_pss
+        return self.worker.pss + self.fork_server.pss + self.children_pss + self.helpers_pss
 
 
 def memory_after_jobs(args: list[str], env: dict[str, str], count: int, timeout: float = 120.0) -> TreeMemory:
@@ -105,12 +147,14 @@ def memory_after_jobs(args: list[str], env: dict[str, str], count: int, timeout:
 
 
 def read_tree(pid: int) -> TreeMemory:
-    """The memory of worker ``pid``, of its fork server, and of the processes the fork server forked."""
-    fork_server = next((child for child in _children(pid) if _is_fork_server(child)), None)
+    """The memory of worker ``pid`` and of every process under it: fork server, its children, helpers."""
+    children = _children(pid)
+    fork_server = next((child for child in children if _is_fork_server(child)), None)
+    helpers = [usage(child) for child in children if child != fork_server]
     if fork_server is None:
-        return TreeMemory(usage(pid), Usage(0, 0), [])
+        return TreeMemory(usage(pid), Usage(0, 0), [], helpers)
     slots = [usage(child) for child in _children(fork_server)]
-    return TreeMemory(usage(pid), usage(fork_server), slots)
+    return TreeMemory(usage(pid), usage(fork_server), slots, helpers)
 
 
 def usage(pid: int) -> Usage:

@@ -147,7 +147,11 @@ def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
 def pool_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
     """``--pool processes`` against the thread pool: each row's baseline is the thread pool's figure."""
     judged = cfg["pool_judged_concurrency"]
-    rows = [Row("bench.spin, CPU time of one call in the benchmark's process", "spin_ms", None, "ms")]
+    rows = [
+        Row("bench.spin, CPU time of one call in the benchmark's process", "spin_ms", None, "ms"),
+        # No queue at all: the most any pool can gain on this machine's cores.
+        Row("bench.spin, no queue: 2 processes at once vs 1", "spin_2_processes", "spin_1_process", "/s"),
+    ]
     for concurrency in cfg["pool_concurrencies"]:
         # Issue 15's bars, read at one concurrency; the others are shown for comparison.
         cpu: Target = ("≥ 1.8×", _ratio(1.8)) if concurrency == judged else ("", None)
@@ -181,8 +185,9 @@ def pool_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
         Row("processes: fork server RSS", "mem_fork_server_rss", None, "MB"),
         Row(f"processes: {slots} children, RSS summed", "mem_children_rss", None, "MB"),
         Row(f"processes: {slots} children, PSS summed", "mem_children_pss", None, "MB"),
+        Row("processes: multiprocessing's resource tracker, PSS", "mem_helpers_pss", None, "MB"),
         Row(
-            "processes: PSS of worker + fork server + children vs the thread pool's",
+            "processes: PSS of the worker and all its descendants vs the thread pool's",
             "mem_processes_total_pss",
             "mem_threads_total_pss",
             "MB",
