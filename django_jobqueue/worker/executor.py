@@ -166,7 +166,7 @@ class Executor:
         then.
         """
         close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
-        control = RunControl(job, getattr(job, "timeout", None), self.cancel_grace)
+        control = RunControl(job, job.timeout, self.cancel_grace)
         self._running[control.claim] = control
         if self.watchdog is not None:
             self.watchdog.watch(control)
