@@ -50,7 +50,7 @@ from .completer import Answer, Completer, Report
 from .control import RunControl, StopReason, ThreadTarget
 from .outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .outcomes import Action, Outcome
-from .watchdog import Watchdog
+from .watchdog import Attempts, Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,8 @@ class Executor:
         # see _ack.
         self.completer = completer
         # The attempts in progress, by claim: when each started, and whether it was told to stop.
-        self._running: dict[tuple[int, int], RunControl] = {}
+        # The watchdog's own registry when there is one, so that each attempt is kept once.
+        self.attempts = watchdog.attempts if watchdog is not None else Attempts()
         # runworker's: a slot that cannot reach the database waits there instead of giving up.
         self.shortage = shortage
         # runworker's: keeps time limits and tells cancelled jobs to stop. Without one, a job
@@ -167,17 +168,16 @@ class Executor:
         """
         close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
         control = RunControl(job, job.timeout, self.cancel_grace)
-        self._running[control.claim] = control
         if self.watchdog is not None:
             self.watchdog.watch(control)
+        else:
+            self.attempts.add(control)
         try:
             if runner is not None:
                 return self._finish(job, control, runner.attempt(job, control), queried=False)
             return self._run_here(job, control)
         finally:
-            if self.watchdog is not None:
-                self.watchdog.forget(control)
-            self._running.pop(control.claim, None)
+            self.attempts.remove(control)
 
     def _run_here(self, job: Job, control: RunControl) -> Outcome:
         # Whether the job queries the queue's database: a thread that holds no connection
@@ -271,7 +271,7 @@ class Executor:
 
     def hand_back(self, job: Job) -> Outcome:
         """Give a claimed job back without running it, its attempt not counted."""
-        control = self._running.get((job.pk, job.claim_token))
+        control = self.attempts.get((job.pk, job.claim_token))
         duration = 0.0 if control is None else time.monotonic() - control.started
         try:
             released = self.client.release(job, worker_id=self.worker_id)
@@ -285,7 +285,7 @@ class Executor:
 
     def attempts_of(self, jobs: list[Job]) -> list[RunControl]:
         """The attempts in progress of ``jobs`` (those whose code runs now)."""
-        return [control for job in jobs if (control := self._running.get((job.pk, job.claim_token)))]
+        return [control for job in jobs if (control := self.attempts.get((job.pk, job.claim_token)))]
 
     def _hand_back_when_connected(self, job: Job, error: str) -> Outcome:
         """Release ``job`` once this slot can open a connection: the attempt is not counted."""

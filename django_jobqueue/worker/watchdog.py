@@ -59,9 +59,6 @@ class Attempts:
         with self._lock:
             return list(self._controls.values())
 
-    def __len__(self) -> int:
-        return len(self._controls)
-
 
 class Watchdog(Service):
     """Tells jobs to stop at their deadlines, and forces those that outlast ``--cancel-grace``."""
@@ -85,9 +82,6 @@ class Watchdog(Service):
         self.attempts.add(control)
         if control.deadline is not None and control.deadline < self._next:
             self.nudge()
-
-    def forget(self, control: RunControl) -> None:
-        self.attempts.remove(control)
 
     def stop_job(self, control: RunControl, reason: StopReason) -> bool:
         """Tell ``control``'s job to stop for ``reason`` now (its grace starts); False if it already was."""
