@@ -35,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a fire time may be late and still count as on time rather than
     # missed during downtime (which catch_up then decides).
     "SCHEDULE_GRACE": 60.0,
+    # Flow control, fleet-wide: queue -> {"concurrency": N, "rate_limit": "N/s"} (docs/flow-control.md).
+    "QUEUES": {},
 }
 
 
@@ -57,6 +59,7 @@ class JobQueueSettings:
     PREPARED_STATEMENTS: bool
     SCHEDULES: dict[str, Any]
     SCHEDULE_GRACE: float
+    QUEUES: dict[str, Any]
 
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "JOBQUEUE", None) or {}

@@ -37,6 +37,10 @@ class Job(models.Model):
     timeout = models.FloatField(
         null=True, blank=True, help_text="seconds one attempt may run; empty = no limit"
     )
+    # Flow control (queue/ops/flow.py): at most concurrency_limit jobs with this
+    # key run at once across every worker. Both NULL for a job without a key.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = no key
+    concurrency_limit = models.IntegerField(null=True, blank=True)
     run_at = models.DateTimeField()
     locked_by = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = unowned
     locked_until = models.DateTimeField(null=True, blank=True)
@@ -62,16 +66,42 @@ class Job(models.Model):
     class Meta:
         indexes = [
             # The claim: ready jobs of one queue in the order they are taken.
+            # Jobs with a concurrency key have indexes of their own below, so that
+            # a tenant's backlog never lies in the way of a claim it cannot join.
             models.Index(
                 fields=["queue", "-priority", "run_at", "id"],
-                condition=Q(status="ready"),
+                condition=Q(status="ready", concurrency_key__isnull=True),
                 name="jobqueue_claim_idx",
             ),
             # The claim over every queue (pull() without queue names).
             models.Index(
                 fields=["-priority", "run_at", "id"],
-                condition=Q(status="ready"),
+                condition=Q(status="ready", concurrency_key__isnull=True),
                 name="jobqueue_claim_any_idx",
+            ),
+            # The limited claim (queue/ops/flow.py): ready jobs with a key, in claim
+            # order (its window), per queue, and per key (its walk over the keys).
+            # Only jobs with a key pay for these four.
+            models.Index(
+                fields=["-priority", "run_at", "id"],
+                condition=Q(status="ready", concurrency_key__isnull=False),
+                name="jobqueue_keyed_claim_idx",
+            ),
+            models.Index(
+                fields=["queue", "-priority", "run_at", "id"],
+                condition=Q(status="ready", concurrency_key__isnull=False),
+                name="jobqueue_keyed_queue_idx",
+            ),
+            models.Index(
+                fields=["concurrency_key", "-priority", "run_at", "id"],
+                condition=Q(status="ready", concurrency_key__isnull=False),
+                name="jobqueue_key_ready_idx",
+            ),
+            # How many jobs of a key run now.
+            models.Index(
+                fields=["concurrency_key"],
+                condition=Q(status="running", concurrency_key__isnull=False),
+                name="jobqueue_key_running_idx",
             ),
             # Running jobs, for tick_timeouts. locked_until is left out of the
             # index so that a heartbeat stays a HOT update.
@@ -129,6 +159,9 @@ class DeadLetter(models.Model):
     timeout = models.FloatField(
         null=True, blank=True, help_text="seconds one attempt may run; empty = no limit"
     )
+    # Kept from the job, so that a retry restores them.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = no key
+    concurrency_limit = models.IntegerField(null=True, blank=True)
     enqueued_at = models.DateTimeField(help_text="when the job was first enqueued")
     worker_id = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     error = models.TextField(blank=True, default="")
@@ -206,3 +239,40 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class QueueState(models.Model):
+    """An operator's word on one queue: paused or not. A queue without a row runs.
+
+    Every claim reads the paused rows, so a pause reaches every worker at its
+    next claiming round and survives restarts. Written only by ``queue/ops/flow.py``.
+    """
+
+    queue = models.CharField(max_length=63, unique=True)
+    paused = models.BooleanField(default=False)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["queue"]
+
+    def __str__(self) -> str:
+        return f"{self.queue} ({'paused' if self.paused else 'running'})"
+
+
+class QueueStart(models.Model):
+    """One start of a job of a rate-limited queue: the sliding window's ledger.
+
+    A claim counts a queue's rows newer than its window and writes one per job
+    it starts; rows older than every window are deleted. Written only by
+    ``queue/ops/flow.py``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=63)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["queue", "started_at"], name="jobqueue_start_queue_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.started_at}"

@@ -112,7 +112,7 @@ def _claim_statement(
     """The claim's ``UPDATE … RETURNING`` every column (see ``claim``)."""
     # The SET clause's: owner, deadline, and the owner again for a Task job's worker_ids.
     params: list[Any] = [worker_id, visibility_timeout, worker_id]
-    due = f"status = 'ready' AND run_at <= {engine.now}"
+    due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
     if queue_limits is None:
         picked = f"SELECT id FROM {JOB} WHERE {due} ORDER BY {CLAIM_ORDER} LIMIT %s {engine.skip_locked}"
         params.append(limit)
