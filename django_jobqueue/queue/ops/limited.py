@@ -199,8 +199,8 @@ def _unkeyed_candidates(
         )
         pick.params += [queue, queue, min(shares.get(queue, limit), limit)]
     if not branches:
-        # No limited queue: an empty set of the candidates' shape.
-        branches.append(f"SELECT {_CANDIDATE} FROM {JOB} WHERE 1 = 0")
+        # No limited queue: an empty set of the candidates' shape, reading no table.
+        branches.append("SELECT * FROM keyed WHERE 1 = 0")
     pick.ctes.append("unkeyed AS (" + " UNION ALL ".join(branches) + ")")
 
 
