@@ -157,7 +157,7 @@ class JobPreparer:
         text, copy = encode_payload_and_copy(payload, self._max_payload_bytes)
         if spec is not None and spec.call_shape is not None:
             _check_fits(name, spec.call_shape, payload)
-        concurrency_key, concurrency_limit = _concurrency(name, spec, options)
+        concurrency_key, concurrency_limit = concurrency_of(name, spec, options)
         return NewJob(
             name=name,
             queue=queue,
@@ -195,14 +195,15 @@ class JobPreparer:
         return self._defaults[cache_key]
 
 
-def _concurrency(
+def concurrency_of(
     name: str, spec: registry.JobSpec | None, options: Mapping[str, Any]
 ) -> tuple[str | None, int | None]:
     """A job's concurrency key and its limit (the call's, else ``@job``'s); both None without a key.
 
     ``@job(concurrency_limit=)`` is only a default for keyed enqueues: a job
     enqueued without a key has no key limit. Raise ``ValueError`` for a bad key
-    or limit, a limit given without a key, and a key no limit comes with.
+    or limit, a limit given without a key, and a key no limit comes with. A
+    schedule's declaration passes the same checks (``schedules.py``).
     """
     key, limit = options.get("concurrency_key"), options.get("concurrency_limit")
     if limit is not None:
