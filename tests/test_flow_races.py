@@ -4,7 +4,7 @@ Each claimer thread (its own database connection) records when a job started
 (after its claim committed) and when it ended (before its ack is sent): the
 recorded stretch lies inside the stretch the database saw it running, so if
 the recorded stretches of a key ever overlap beyond its limit, the database's
-did too. ``overlaps`` is the checker; a test shows it can fail.
+did too. ``peak`` (``tests/flow_checks.py``) is the checker; a test shows it can fail.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pytest
 from django.db import DatabaseError, connection
@@ -22,41 +20,7 @@ from django.test.utils import override_settings
 
 from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import Job
-
-
-@dataclass(frozen=True)
-class Run:
-    job_id: int
-    group: str  # the key, or the queue
-    start: float
-    end: float
-
-
-def peak(runs: Iterable[Run]) -> dict[str, int]:
-    """The most runs of each group that overlapped at any moment."""
-    events: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for run in runs:
-        # An end sorts before a start at the same instant: touching is not overlapping.
-        events[run.group] += [(run.start, 1), (run.end, -1)]
-    peaks: dict[str, int] = {}
-    for group, marks in events.items():
-        level = top = 0
-        for _when, step in sorted(marks, key=lambda mark: (mark[0], mark[1])):
-            level += step
-            top = max(top, level)
-        peaks[group] = top
-    return peaks
-
-
-def starts_in_any_window(runs: Iterable[Run], window: float) -> int:
-    """The most starts within any ``window`` seconds."""
-    starts = sorted(run.start for run in runs)
-    most, first = 0, 0
-    for last, when in enumerate(starts):
-        while when - starts[first] >= window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
+from tests.flow_checks import Run, peak, starts_in_any_window
 
 
 def test_the_checker_sees_an_overlap():
