@@ -63,6 +63,25 @@ def gate(ctx: JobContext, path: str, release: str, timeout: float = 30.0) -> str
     return "released"
 
 
+@job(name="workers.flow", takes_context=True)
+def flow(ctx: JobContext, path: str, seconds: float = 0.0, release: str = "", timeout: float = 60.0) -> None:
+    """Note its start and end with the key and queue its row had; between them wait until the
+    file ``release`` exists (if given, for up to ``timeout``), then sleep ``seconds``.
+
+    The key is read from the claimed row, not the payload: the flow tests check
+    what the claim enforced on the row.
+    """
+    fields = {"key": ctx.job.concurrency_key, "queue": ctx.job.queue}
+    note(path, "start", ctx, **fields)
+    deadline = time.monotonic() + timeout
+    while release and not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} never appeared")
+        time.sleep(0.01)
+    time.sleep(seconds)
+    note(path, "end", ctx, **fields)
+
+
 @job(name="workers.boom")
 def boom(message: str) -> None:
     raise ValueError(message)
