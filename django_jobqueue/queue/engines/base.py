@@ -36,6 +36,8 @@ class Engine:
     # Several statements sent at once and read back together (psycopg's pipeline): the
     # limited claim's BEGIN, lock, acks, claim and COMMIT in one round trip.
     supports_pipeline: bool = False
+    # jsonb_object_agg and ->>: a statement counts many groups once and looks them up by key.
+    supports_json_object_agg: bool = False
 
     # -- SQL fragments -----------------------------------------------------------
 
