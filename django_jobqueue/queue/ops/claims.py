@@ -194,8 +194,9 @@ def _limited_round(
         claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] != "flow"])
     else:
         with transaction.atomic(using=using):
-            acked = complete_many(using, round_.worker_id, completions, keep)
             cursor = connections[using].cursor()
+            cursor.execute(engine.flow_lock)
+            acked = complete_many(using, round_.worker_id, completions, keep)
             cursor.execute(
                 with_ + ", ".join(ctes) + f" SELECT 'job', id, NULL, NULL FROM picked "
                 f"UNION ALL SELECT 'flow', {pick.keyed_seen}, {pick.held}, {pick.walked}",
