@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.db import transaction
 
@@ -102,3 +108,33 @@ def test_a_resume_notifies_on_commit_only(queue, listener):
         raise RuntimeError("rolled back")
     assert received(listener) == []
     assert queue.paused_queues() == ["emails"]
+
+
+# -- a worker refuses bad limits -------------------------------------------------------
+
+
+def runworker(queues: object, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py runworker`` in its own process, with ``queues`` as its JOBQUEUE['QUEUES']."""
+    return subprocess.run(
+        [sys.executable, "manage.py", "runworker", "--burst", *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "JOBQUEUE_QUEUES": json.dumps(queues)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_runworker_refuses_to_start_with_bad_queue_limits():
+    finished = runworker({"emails": {"concurrency": 0}})
+    assert finished.returncode != 0
+    assert "django_jobqueue.E014" in finished.stderr
+    assert "JOBQUEUE['QUEUES']['emails']['concurrency']" in finished.stderr
+    assert "started" not in finished.stderr
+
+
+def test_runworker_without_checks_still_refuses_bad_queue_limits():
+    finished = runworker({"emails": {"rate_limit": "lots"}}, "--skip-checks")
+    assert finished.returncode == 1
+    assert "refusing to start: JOBQUEUE['QUEUES']['emails']['rate_limit'] must be" in finished.stderr
+    assert "Traceback" not in finished.stderr
