@@ -333,6 +333,14 @@ def distinct_values(
         return [row[0] for row in cursor.fetchall()]
 
 
+def describe_limits(limits: QueueLimits) -> str:
+    """``10 at once, 100/m``: a queue's ``JOBQUEUE["QUEUES"]`` limits as a person reads them, or ``—``."""
+    parts = [] if limits.concurrency is None else [f"{limits.concurrency:,} at once"]
+    if limits.rate is not None:
+        parts.append(str(limits.rate))
+    return ", ".join(parts) or "—"
+
+
 def format_age(seconds: float | None) -> str:
     """``45 s``, ``12 min``, ``3 h 5 min``, ``2 d 4 h``: a duration a person reads at a glance."""
     if seconds is None:

@@ -25,7 +25,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ... import stats
 from ...models import DeadLetter
 from ...queue import QueueClient, RetriedDeadLetter
-from ...queue.flow import QueueLimits
 from ...queue.schedules import ScheduleBook, ScheduleState
 from ...queue.validation import check_name, check_queue
 from ...schedules import ScheduleError, declared_schedules
@@ -127,7 +126,7 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], numeric: set
 
 def status_row(queue: stats.QueueStats, *, is_total: bool = False) -> tuple[str, ...]:
     """One line of ``status``: a queue's figures, or the totals (which have no pause or limits)."""
-    state = ("", "") if is_total else ("paused" if queue.paused else "—", limits_text(queue.limits))
+    state = ("", "") if is_total else ("paused" if queue.paused else "—", stats.describe_limits(queue.limits))
     return (
         queue.queue,
         f"{queue.ready:,}",
@@ -138,16 +137,6 @@ def status_row(queue: stats.QueueStats, *, is_total: bool = False) -> tuple[str,
         f"{queue.done_last_hour:,}",
         *state,
     )
-
-
-def limits_text(limits: QueueLimits) -> str:
-    """``10 at once, 100/m``: a queue's JOBQUEUE['QUEUES'] limits; ``—`` for none."""
-    parts = []
-    if limits.concurrency is not None:
-        parts.append(f"{limits.concurrency:,} at once")
-    if limits.rate is not None:
-        parts.append(str(limits.rate))
-    return ", ".join(parts) or "—"
 
 
 def schedule_row(state: ScheduleState, now: datetime) -> tuple[str, ...]:
