@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -11,6 +12,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_jobqueue import QueueClient, enqueue_many, stats
 from django_jobqueue.admin.filters import StatusFilter
@@ -123,3 +125,14 @@ def test_the_admin_ready_filters_read_both_halves_through_their_indexes(keyed_an
     assert any(index in plan for index in KEYED), plan
     assert_no_scan(plan)
     assert count() == (0 if status == "scheduled" else 1500)
+
+
+def test_the_busiest_keys_read_the_index_of_running_jobs_with_a_key(keyed_and_plain):
+    keyed = Job.objects.filter(status="ready", concurrency_key__isnull=False).values("id")[:40]
+    Job.objects.filter(pk__in=keyed).update(
+        status="running", locked_until=timezone.now() + timedelta(seconds=30)
+    )
+    [plan] = plans_of(lambda: stats.busiest_keys("default", stats.database_now("default")), "'running'")
+    assert "jobqueue_key_running_idx" in plan, plan
+    assert_no_scan(plan)
+    assert sum(key.running for key in stats.busiest_keys("default", stats.database_now("default"))) == 40
