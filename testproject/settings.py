@@ -98,7 +98,7 @@ JOBQUEUE = {
     # Periodic jobs (docs/schedules.md), as JSON; the tests' workers get theirs here.
     "SCHEDULES": env.json("JOBQUEUE_SCHEDULES", default={}),
     "SCHEDULE_GRACE": env.float("JOBQUEUE_SCHEDULE_GRACE", default=60.0),
-    # Flow control's queue limits (docs/flow-control.md), as JSON; the tests' workers get theirs here.
+    # Flow control's queue caps and rate limits (docs/flow-control.md), as JSON.
     "QUEUES": env.json("JOBQUEUE_QUEUES", default={}),
 }
 
