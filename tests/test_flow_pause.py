@@ -58,6 +58,17 @@ def test_enqueue_still_works_while_paused(queue):
     assert Job.objects.get(pk=job.pk).status == "ready"
 
 
+def test_no_claim_takes_a_job_of_a_paused_queue_until_it_is_resumed(queue):
+    held = queue.push("tests.noop", {}, queue="emails")
+    other = queue.push("tests.noop", {}, queue="sms")
+    queue.pause_queue("emails")
+    assert queue.pull("emails", worker_id="w") is None
+    assert [job.pk for job in queue.pull_many(worker_id="w", limit=10)] == [other.pk]
+    queue.resume_queue("emails")
+    claimed = queue.pull("emails", worker_id="w")
+    assert claimed is not None and claimed.pk == held.pk
+
+
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 64, None])
 def test_a_malformed_queue_name_is_refused(queue, bad):
     for call in (queue.pause_queue, queue.resume_queue):
