@@ -245,7 +245,7 @@ class QueueState(models.Model):
     """An operator's word on one queue: paused or not. A queue without a row runs.
 
     Every claim reads the paused rows, so a pause reaches every worker at its
-    next claiming round and survives restarts. Written only by ``queue/ops/flow.py``.
+    next claiming round and survives restarts. Written only by ``queue/ops/pauses.py``.
     """
 
     queue = models.CharField(max_length=63, unique=True)
