@@ -225,3 +225,14 @@ def test_an_expired_claim_of_a_keyed_job_is_not_renewed(queue):
     assert queue.extend_claims([first], worker_id="w") == set()
     assert not queue.extend_visibility(first, worker_id="w", extension=60)
     assert queue.extend_visibility(second, worker_id="w2", extension=60)
+
+
+def test_prune_deletes_starts_older_than_every_window(queue):
+    from django_jobqueue.queue import ops
+
+    old = timezone.now() - timedelta(hours=2)
+    QueueStart.objects.create(queue="gone", started_at=old)
+    QueueStart.objects.create(queue="gone", started_at=timezone.now())
+    ops.prune("default", 86400)
+    assert list(QueueStart.objects.values_list("started_at", flat=True)) != [old]
+    assert QueueStart.objects.count() == 1

@@ -194,8 +194,9 @@ def _limited_round(
         claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] != "flow"])
     else:
         with transaction.atomic(using=using):
-            acked = complete_many(using, round_.worker_id, completions, keep)
             cursor = connections[using].cursor()
+            cursor.execute(engine.flow_lock)
+            acked = complete_many(using, round_.worker_id, completions, keep)
             cursor.execute(
                 with_ + ", ".join(ctes) + f" SELECT 'job', id, NULL, NULL FROM picked "
                 f"UNION ALL SELECT 'flow', {pick.keyed_seen}, {pick.held}, {pick.walked}",
@@ -209,19 +210,21 @@ def _limited_round(
                 _write_ledger(cursor, engine, rated, claimed)
         marker = [None] * len(JOB_COLUMNS)
         marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX] = flow_row[1:]
-    _learn(flow, served, marker, round_.limit)
+    _learn(flow, marker, round_.limit, len(claimed))
     return acked, sorted(claimed, key=claim_order)
 
 
-def _learn(flow: FlowState, served: Sequence[str], marker: Sequence[Any], limit: int) -> None:
+def _learn(flow: FlowState, marker: Sequence[Any], limit: int, claimed: int) -> None:
     """Keep what a limited round's marker row says for the next round."""
     keyed_seen, held, walked = marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX]
     flow.held = int(held or 0)
     if flow.walk_next:
         flow.walk_next = False
         flow.walk_after = walked or ""
-    elif int(keyed_seen) >= window_size(limit) and flow.held:
-        flow.walk_next = True  # the window is full and keys at their limit hold part of it
+    elif int(keyed_seen) >= window_size(limit) and claimed < limit and flow.held:
+        # The window was full, the round could not fill its slots from it, and
+        # limits held part of it: the jobs behind may be other keys' with room.
+        flow.walk_next = True
     flow.keyed_waiting = bool(keyed_seen) or flow.walk_next
 
 
