@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.utils import timezone
 
 from django_jobqueue import QueueClient, enqueue_many
@@ -214,7 +213,6 @@ def test_a_killed_workers_expired_claim_frees_its_keys_slot(
     assert peak(runs_from_events(events(events_path), by_key, unfinished=killed)) == {"tenant:1": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="E014 lands with the pause branch")
 def test_runworker_refuses_a_bad_queue_limit(start_worker: StartWorker) -> None:
     worker = start_worker("--burst", env=queues_env({"q": {"concurrency": 0}}))
     assert worker.wait(60) != 0
