@@ -4,8 +4,8 @@ The jobs (``workers.flow``) record their start and end with ``time.time()``
 and the key and queue of the row they were claimed as; the checkers of
 ``tests/flow_checks.py`` read the limits off those times. Queue caps and rate
 limits reach the workers through ``JOBQUEUE_QUEUES`` (testproject/settings.py);
-pauses are ``QueueState`` rows, which the claim reads every round. Every test
-runs on SQLite and on PostgreSQL.
+a pause (``QueueClient.pause_queue``, a row the claim reads every round)
+reaches them through the database. Every test runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from django.utils import timezone
-
 from django_jobqueue import QueueClient, enqueue_many
-from django_jobqueue.models import Job, QueueState
+from django_jobqueue.models import Job
 from tests.flow_checks import peak, runs_from_events, starts_in_any_window
 from tests.jobs_for_workers import events
 from tests.worker_support import WorkerProcess, wait_until
@@ -88,11 +86,6 @@ def start_fleet(start_worker: StartWorker, count: int, *args: str, **kwargs: Any
         worker.wait_started(30)
 
 
-def set_paused(name: str, paused: bool) -> None:
-    # What pause_queue / resume_queue write; the claim reads it at every round.
-    QueueState.objects.update_or_create(queue=name, defaults={"paused": paused, "updated_at": timezone.now()})
-
-
 KEY_LIMITS = {"a": 2, "b": 2, "c": 2, "d": 1, "e": 1, "f": 1}
 
 
@@ -157,14 +150,14 @@ def test_a_rate_limit_is_a_sliding_window_across_two_workers(
 
 
 def test_a_paused_queue_starts_nothing_until_resumed(
-    start_worker: StartWorker, events_path: str, tmp_path: Path
+    queue: QueueClient, start_worker: StartWorker, events_path: str, tmp_path: Path
 ) -> None:
     release = tmp_path / "release"
     [running] = enqueue([item(events_path, queue="held", release=str(release))])
     start_worker("--concurrency", "4", *POLL).wait_started(30)
     wait_until(lambda: starts(events_path, queue="held"), 30, "the job that will be running")
 
-    set_paused("held", True)
+    assert queue.pause_queue("held")
     # Enqueued after the pause committed: a round that sees them sees the pause too.
     held = enqueue(
         [item(events_path, queue="held")] * 2 + [item(events_path, queue="held", key="tenant:1", limit=1)]
@@ -177,7 +170,7 @@ def test_a_paused_queue_starts_nothing_until_resumed(
     assert [event["job"] for event in starts(events_path, queue="held")] == [running]
 
     resumed = time.time()
-    set_paused("held", False)
+    assert queue.resume_queue("held")
     wait_done(held, 30, "the held jobs after the resume")
     assert all(event["time"] >= resumed for event in starts(events_path, queue="held")[1:])
 
