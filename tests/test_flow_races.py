@@ -20,7 +20,7 @@ from django.test.utils import override_settings
 
 from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import Job, QueueStart
-from django_jobqueue.queue.ops import claims
+from django_jobqueue.queue.ops import rounds
 from tests.flow_checks import Run, peak, starts_in_any_window
 
 
@@ -155,8 +155,8 @@ def test_many_claimers_never_exceed_a_rate(postgresql_only, monkeypatch):
     # The ledger is kept whole, so that every start's own time (the database's
     # clock, taken under the flow lock) can be checked afterwards.
     keep_all = f"DELETE FROM {QueueStart._meta.db_table} WHERE queue = %s AND 1 = 0"
-    real = claims.ledger_statements
-    monkeypatch.setattr(claims, "ledger_statements", lambda *args: (real(*args)[0], keep_all))
+    real = rounds.ledger_statements
+    monkeypatch.setattr(rounds, "ledger_statements", lambda *args: (real(*args)[0], keep_all))
     enqueue_many([("tests.noop", {}, {"queue": "rated"}) for _ in range(500)])
     failures: list[BaseException] = []
     runs = claim_for(3.0, 8, lambda job: job.queue, (0.0, 0.001), produce_into("rated"), failures)

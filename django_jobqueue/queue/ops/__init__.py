@@ -19,8 +19,6 @@ Callers outside ``queue/`` go through ``QueueClient`` and the names
 from .claims import (
     attempts_of,
     bury,
-    claim,
-    claim_round,
     complete,
     complete_many,
     ended_claims,
@@ -41,6 +39,7 @@ from .dead_letters import (
 from .enqueue import insert_jobs
 from .operator import JobChange, cancel_jobs, run_jobs_now
 from .pauses import pause_queue, paused_queues, resume_queue
+from .rounds import claim, claim_round
 from .tables import CANCEL_CHANNEL, NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
 from .upkeep import prune, tick_timeouts
 from .workers import beat_worker, live_worker, prune_workers, register_worker, unregister_worker

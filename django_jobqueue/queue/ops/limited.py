@@ -2,7 +2,7 @@
 
 A job is *limited* when it has a ``concurrency_key`` or its queue has a
 ``concurrency`` or ``rate_limit`` in ``JOBQUEUE["QUEUES"]``. Every other job is
-claimed by the plain statement of ``claims.py``, which takes no lock. Limited
+claimed by the plain statement of ``rounds.py``, which takes no lock. Limited
 jobs are claimed only by a statement that runs after the *flow lock* (on
 PostgreSQL an advisory lock held to the commit, taken by a statement of its
 own so that the claim's snapshot sees every earlier limited claim; on SQLite
