@@ -25,8 +25,8 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from . import flow, ours, processes, raw, raw_sqlite  # noqa: E402
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
-from . import ours, processes, raw, raw_sqlite  # noqa: E402
 from .worker import drain, worker_env  # noqa: E402
 
 Samples = dict[str, list[float]]
@@ -89,6 +89,8 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         measure_queue(cfg, url, samples)
     if "pool" in cfg["parts"]:
         measure_pool(cfg, url, samples)
+    if "flow" in cfg["parts"]:
+        flow.measure(cfg, url, samples)
     if "against" in cfg["parts"]:
         measure_against(cfg, url, samples)
     ours.reset()

@@ -120,9 +120,9 @@ def _watch(
             size, grew = current, now
         stopped = ""
         if now > deadline:
-            stopped = f"did not finish in {timeout:.0f}s"
+            stopped = f"did not finish in {timeout:g}s"
         elif stall is not None and now - grew > stall:
-            stopped = f"logged nothing for {stall:.0f}s"
+            stopped = f"logged nothing for {stall:g}s"
         if stopped:
             proc.kill()
             proc.wait()
