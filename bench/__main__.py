@@ -45,6 +45,8 @@ FULL = {
     "pool_noop_jobs": 5_000,
     "pool_memory_concurrency": 8,
     "pool_memory_jobs": 2_000,
+    # --against REF (bench/against.py): where issue 16 judges a plain queue's drain, ±5%.
+    "against_concurrencies": [1, 8, 32],
     # Flow control (bench/flow.py): the limited drain against the plain one.
     "flow_jobs": 100_000,
     "flow_keys": 1_000,
@@ -139,6 +141,9 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {}
     if args.only != "sqlite":
         create_database(url)
+        if "against" in cfg["parts"]:
+            tree = Path(cfg["against"]["tree"])
+            cfg["against"]["databases"] = against.databases(url, cfg["against"]["commit"], tree)
         results["postgresql"] = run_part("postgresql", url, cfg)
     if args.only in (None, "sqlite"):
         sqlite_file = ROOT / "var" / "bench.sqlite3"

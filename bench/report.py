@@ -210,7 +210,7 @@ def against_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
             "≥ 0.95×",
             _ratio(0.95),
         )
-        for concurrency in cfg["concurrencies"]
+        for concurrency in cfg["against_concurrencies"]
     ]
 
 
