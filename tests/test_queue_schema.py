@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 import pytest
@@ -23,7 +24,7 @@ def claim_plan(*queues: str) -> str:
     """Run one claim, then ask the database how it plans that exact statement."""
     with CaptureQueriesContext(connection) as queries:
         QueueClient().pull(*queues, worker_id="explain")
-    claim_sql = next(q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE"))
+    claim_sql = next(q["sql"] for q in queries.captured_queries if "SET status = 'running'" in q["sql"])
     prefix = "EXPLAIN" if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN"
     with connection.cursor() as cursor:
         cursor.execute(f"{prefix} {claim_sql}")
@@ -47,6 +48,7 @@ def test_the_claim_uses_its_partial_index(big_queue, queues, index):
     plan = claim_plan(*queues)
     assert index in plan, plan
     if connection.vendor == "postgresql":
-        assert "Seq Scan" not in plan, plan
+        # The paused queues' table is read whole: it has a row per queue ever paused.
+        assert not re.search(rf"Seq Scan on {Job._meta.db_table}\b", plan), plan
     else:
         assert f"SCAN {Job._meta.db_table}" not in plan.replace(f"USING INDEX {index}", ""), plan

@@ -19,6 +19,7 @@ from ..exceptions import WorkerIdInUse
 from ..models import DeadLetter, Job
 from . import ops
 from .backoff import backoff_delay
+from .ops.limited import FlowState
 from .preparation import Item, copyable, prepare_job, prepared
 from .validation import (
     MAX_ERROR_CHARS,
@@ -40,6 +41,8 @@ class QueueClient:
 
     def __init__(self, using: str | None = None) -> None:
         self.using = using or jobqueue_settings.DATABASE
+        # What this client's claims learnt of limited jobs, for its next claim.
+        self.flow = FlowState()
 
     def __repr__(self) -> str:
         return f"QueueClient(using={self.using!r})"
@@ -117,7 +120,7 @@ class QueueClient:
         timeout = None
         if visibility_timeout is not None:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
-        return ops.claim(self.using, check_worker_id(worker_id), queue_limits, limit, timeout)
+        return ops.claim(self.using, check_worker_id(worker_id), queue_limits, limit, timeout, self.flow)
 
     # -- completing ------------------------------------------------------------
 
@@ -183,6 +186,7 @@ class QueueClient:
             queue_limits,
             _check_limit(limit),
             timeout,
+            self.flow,
         )
 
     def nack(

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -74,6 +74,69 @@ def run_bound(using: str, sql: str, params: Sequence[Any]) -> list[Any]:
     cursor = bound_cursor(connection)
     cursor.execute(sql, params)
     return fetch_rows(connection, cursor)
+
+
+def run_in_transaction(using: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+    """Run ``statements`` in one transaction on the bound cursor of ``using``; return each one's rows.
+
+    Outside ``atomic()`` the ``BEGIN``, the statements and the ``COMMIT`` go out
+    in one pipeline, one round trip; if one fails, the transaction is rolled
+    back and the error raised as Django raises it. Inside ``atomic()`` they run
+    in the caller's transaction, one after the other.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block or connection.queries_logged:
+        # In the caller's transaction, or in a transaction of their own where
+        # Django logs queries (DEBUG, a test capturing them): one by one, logged.
+        with transaction.atomic(using=using):
+            cursor = bound_cursor(connection)
+            results = []
+            for sql, params in statements:
+                cursor.execute(sql, params)
+                results.append(fetch_rows(connection, cursor) if cursor.description is not None else [])
+            return results
+    driver = driver_connection(connection)
+    cursors = _pipeline_cursors(connection, driver, len(statements))
+    with connection.wrap_database_errors:
+        try:
+            with driver.pipeline():
+                driver.execute("BEGIN")
+                for raw, (sql, params) in zip(cursors, statements, strict=False):
+                    raw.execute(sql, params)
+                driver.execute("COMMIT")
+            return [raw.fetchall() if raw.description is not None else [] for raw in cursors]
+        except BaseException:
+            _roll_back(driver)
+            raise
+
+
+def _roll_back(driver: Any) -> None:
+    """End a pipelined transaction that failed midway (its COMMIT was skipped with the rest)."""
+    import psycopg
+
+    try:
+        if driver.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            driver.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # the connection is gone: so is the transaction, and Django closes it
+
+
+# The psycopg cursors of a connection's pipelined statements, one per statement
+# so that each one's rows can be read after the pipeline, kept like _bound_cursors.
+_extra_cursors: weakref.WeakKeyDictionary[BaseDatabaseWrapper, list[Any]] = weakref.WeakKeyDictionary()
+
+
+def _pipeline_cursors(connection: BaseDatabaseWrapper, driver: Any, count: int) -> list[Any]:
+    cursors = _extra_cursors.get(connection)
+    if cursors is None or any(c.closed or c.connection is not driver for c in cursors):
+        cursors = []
+        _extra_cursors[connection] = cursors
+    while len(cursors) < count:
+        with connection.wrap_database_errors:
+            cursors.append(binary_cursor(_cursor_class(), driver))
+    if driver.prepare_threshold is None:
+        driver.prepare_threshold = PREPARE_ONLY_WHEN_ASKED
+    return cursors[:count]
 
 
 @functools.cache

@@ -33,6 +33,9 @@ class Engine:
     supports_array_params: bool = False
     # INSERT / UPDATE / DELETE inside WITH: a worker's acks and next claims as one statement.
     supports_data_modifying_cte: bool = False
+    # Several statements sent at once and read back together (psycopg's pipeline): the
+    # limited claim's BEGIN, lock, acks, claim and COMMIT in one round trip.
+    supports_pipeline: bool = False
 
     # -- SQL fragments -----------------------------------------------------------
 
@@ -44,10 +47,19 @@ class Engine:
     for_update: str = ""
     # A number parameter that may be None: a server that infers parameter types needs a cast.
     nullable_float: str = "%s"
+    # The time at this moment, not at the transaction's start: a rate limit's ledger
+    # is written and counted by it after the claim waited for the flow lock.
+    clock: str = ""
+    # The smaller of two SQL numbers.
+    least: str = ""
+    # Taken before a limited claim, so that its snapshot sees every earlier limited
+    # claim (queue/ops/limited.py); empty where the database has one writer at a time.
+    flow_lock: str = ""
     # ``str.format`` templates for ``now_plus``, ``json_push`` and ``json_pop``.
     now_plus_template: str = ""
     json_push_template: str = ""
     json_pop_template: str = ""
+    clock_minus_template: str = ""
 
     def now_plus(self, seconds_sql: str) -> str:
         """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""
@@ -56,6 +68,10 @@ class Engine:
     def now_minus(self, seconds_sql: str) -> str:
         """SQL for the database's now minus ``seconds_sql`` seconds."""
         return self.now_plus(f"-({seconds_sql})")
+
+    def clock_minus(self, seconds_sql: str) -> str:
+        """SQL for ``clock`` minus ``seconds_sql`` seconds."""
+        return self.clock_minus_template.format(seconds=seconds_sql)
 
     def json_push(self, column: str, value_sql: str) -> str:
         """SQL for the JSON array ``column`` with the string ``value_sql`` appended."""

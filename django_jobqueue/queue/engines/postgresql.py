@@ -15,8 +15,15 @@ class PostgreSQLEngine(Engine):
     supports_bound_cursor = True
     supports_array_params = True
     supports_data_modifying_cte = True
+    supports_pipeline = True
 
     now = "now()"
+    clock = "clock_timestamp()"
+    least = "LEAST"
+    # One lock for every limited claim of the database, held to the claim's commit.
+    # The number is arbitrary: it only has to be this product's own.
+    flow_lock = "SELECT pg_advisory_xact_lock(7100160716)"
+    clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
     for_update = "FOR UPDATE"
     # psycopg's server-side binding sends None untyped.

@@ -12,6 +12,11 @@ class SQLiteEngine(Engine):
     vendor = "sqlite"
 
     now = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '000')"
+    clock = now
+    least = "MIN"
+    clock_minus_template = (
+        "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', {seconds})) || '000')"
+    )
     now_plus_template = (
         "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('%%.6f seconds', {seconds})) || '000')"
     )

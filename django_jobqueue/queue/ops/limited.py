@@ -1,0 +1,258 @@
+"""The limited claim: jobs a concurrency key, a queue cap or a rate limit applies to.
+
+A job is *limited* when it has a ``concurrency_key`` or its queue has a
+``concurrency`` or ``rate_limit`` in ``JOBQUEUE["QUEUES"]``. Every other job is
+claimed by the plain statement of ``claims.py``, which takes no lock. Limited
+jobs are claimed only by a statement that runs after the *flow lock* (on
+PostgreSQL an advisory lock held to the commit, taken by a statement of its
+own so that the claim's snapshot sees every earlier limited claim; on SQLite
+the single writer): so the counts it reads are the fleet's, and two workers
+claiming at once never both take a key's last slot.
+
+What counts as running is a ``running`` job whose claim has not expired: a
+worker that died frees its slots as soon as their claims expire, without
+waiting for ``tick_timeouts``. Rate limits count the ``QueueStart`` ledger's
+rows of the last window, written by the claim itself.
+
+No head-of-line blocking: the candidates are a *window* of the next due jobs
+with a key, in claim order; a job is taken if its key has room. When the
+window is full and keys at their limit hold part of it, the next limited round
+*walks* the keys instead (the first due job of each of the next keys in key
+order, a few index probes a key, resuming after the last key visited), so a
+tenant whose backlog fills the window never keeps another's jobs waiting for
+more than a round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...models import QueueStart, QueueState
+from ..engines import Engine
+from ..flow import QueueLimits
+from .tables import JOB
+
+STATE = QueueState._meta.db_table
+STARTS = QueueStart._meta.db_table
+_CANDIDATE = "id, queue, priority, run_at, concurrency_key, concurrency_limit"
+_ORDER = "priority DESC, run_at, id"
+
+
+@dataclass
+class FlowState:
+    """What a claimer remembers between rounds (one per ``QueueClient``)."""
+
+    # Due jobs with a key may wait in the claimer's queues: its rounds take the flow
+    # lock. A plain round asks (one index probe), so a new claimer starts without.
+    keyed_waiting: bool = False
+    # The window was full and held: the next limited round walks the keys.
+    walk_next: bool = False
+    # The last key the walk visited; the next walk starts after it.
+    walk_after: str = ""
+    # Limited jobs were due but had no room in the last round (a --burst worker waits for them).
+    held: int = 0
+
+
+def window_size(limit: int) -> int:
+    """How many due keyed jobs a round looks at for ``limit`` free slots."""
+    return 4 * limit + 16
+
+
+def limited_queues(
+    queue_limits: Sequence[tuple[str, int]] | None, limits: Mapping[str, QueueLimits]
+) -> list[str]:
+    """The queues with limits that the claimer serves (every one, when it serves every queue)."""
+    if queue_limits is None:
+        return sorted(limits)
+    return [queue for queue, _share in queue_limits if queue in limits]
+
+
+def not_paused(queue_sql: str) -> str:
+    """SQL true while the queue that ``queue_sql`` (a parameter or a constant) names is not paused.
+
+    Not correlated with the row: the database reads it once per statement.
+    """
+    return f"NOT EXISTS (SELECT 1 FROM {STATE} WHERE {STATE}.queue = {queue_sql} AND {STATE}.paused)"
+
+
+# SQL true for a row of a queue that is not paused: the paused queues are read once, as a set.
+NOT_PAUSED_ROW = f"queue NOT IN (SELECT queue FROM {STATE} WHERE paused)"
+
+
+@dataclass
+class LimitedPick:
+    """The SQL of one limited round's pick, and the parameters in their order."""
+
+    ctes: list[str]
+    params: list[Any]
+    # The CTE that holds the ids (with priority and run_at) this round may claim.
+    admitted: str
+    recursive: bool
+    # SQL of the flow marker's values: keyed candidates seen, held candidates, last key walked.
+    keyed_seen: str
+    held: str
+    walked: str
+
+
+def limited_pick(
+    engine: Engine,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int,
+    limits: Mapping[str, QueueLimits],
+    flow: FlowState,
+) -> LimitedPick:
+    """The CTEs that pick the limited jobs one round may claim (see the module's docstring)."""
+    pick = LimitedPick([], [], "admitted", False, "", "", "NULL")
+    _keyed_candidates(pick, engine, queue_limits, limit, flow)
+    _unkeyed_candidates(pick, engine, queue_limits, limit, limits)
+    pick.ctes.append(
+        "candidates AS (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed), "
+        "key_ranked AS (SELECT candidates.*, ROW_NUMBER() OVER "
+        f"(PARTITION BY concurrency_key ORDER BY {_ORDER}) AS key_rank FROM candidates), "
+        "running_keys AS (SELECT concurrency_key, COUNT(*) AS running "
+        f"FROM {JOB} WHERE status = 'running' AND concurrency_key IN "
+        "(SELECT concurrency_key FROM keyed) "
+        f"AND locked_until > {engine.now} GROUP BY concurrency_key), "
+        "key_ok AS (SELECT key_ranked.* FROM key_ranked LEFT JOIN running_keys "
+        "ON running_keys.concurrency_key = key_ranked.concurrency_key "
+        "WHERE key_ranked.concurrency_key IS NULL "
+        "OR key_rank + COALESCE(running, 0) <= COALESCE(concurrency_limit, 1)), "
+        "queue_ranked AS (SELECT key_ok.*, ROW_NUMBER() OVER "
+        f"(PARTITION BY queue ORDER BY {_ORDER}) AS queue_rank FROM key_ok)"
+    )
+    room_sql, room_params = _room(engine, queue_limits, limit, limits)
+    pick.ctes.append(
+        f"admitted AS (SELECT id, priority, run_at FROM queue_ranked WHERE queue_rank <= {room_sql})"
+    )
+    pick.params += room_params
+    pick.held = "(SELECT COUNT(*) FROM candidates) - (SELECT COUNT(*) FROM admitted)"
+    return pick
+
+
+def _queue_scope(queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:
+    """SQL true for a job of a queue the claimer serves that is not paused."""
+    if queue_limits is None:
+        return NOT_PAUSED_ROW, []
+    queues = [queue for queue, _share in queue_limits]
+    marks = ", ".join(["%s"] * len(queues))
+    return f"queue IN ({marks}) AND {NOT_PAUSED_ROW}", queues
+
+
+def _keyed_candidates(
+    pick: LimitedPick,
+    engine: Engine,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int,
+    flow: FlowState,
+) -> None:
+    """The CTE ``keyed``: the window of due keyed jobs, or the heads of the keys a walk visits."""
+    due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
+    scope, scope_params = _queue_scope(queue_limits)
+    size = window_size(limit)
+    if not flow.walk_next:
+        pick.ctes.append(
+            f"keyed AS (SELECT {_CANDIDATE} FROM {JOB} WHERE {due} AND {scope} ORDER BY {_ORDER} LIMIT %s)"
+        )
+        pick.params += [*scope_params, size]
+        pick.keyed_seen = "(SELECT COUNT(*) FROM keyed)"
+        return
+    # Keys in key order after the last one visited: one probe of jobqueue_key_ready_idx each.
+    next_key = (
+        f"(SELECT concurrency_key FROM {JOB} WHERE status = 'ready' AND concurrency_key IS NOT NULL "
+        "AND concurrency_key > {after} ORDER BY concurrency_key LIMIT 1)"
+    )
+    head = (
+        f"(SELECT id FROM {JOB} WHERE {due} AND concurrency_key = walk.key AND {scope} "
+        f"ORDER BY {_ORDER} LIMIT 1)"
+    )
+    pick.recursive = True
+    pick.ctes.append(
+        f"walk(key, visited) AS (SELECT {next_key.format(after='%s')}, 1 "
+        f"UNION ALL SELECT {next_key.format(after='walk.key')}, visited + 1 FROM walk "
+        "WHERE walk.key IS NOT NULL AND visited < %s), "
+        f"heads AS (SELECT {head} AS id FROM walk WHERE walk.key IS NOT NULL), "
+        f"keyed AS (SELECT {_CANDIDATE} FROM {JOB} WHERE id IN (SELECT id FROM heads) AND {due})"
+    )
+    pick.params += [flow.walk_after, size, *scope_params]
+    pick.keyed_seen = "(SELECT COUNT(*) FROM keyed)"
+    # NULL once the walk ran off the last key: the next walk starts from the first.
+    pick.walked = "(SELECT key FROM walk ORDER BY visited DESC LIMIT 1)"
+
+
+def _unkeyed_candidates(
+    pick: LimitedPick,
+    engine: Engine,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int,
+    limits: Mapping[str, QueueLimits],
+) -> None:
+    """The CTE ``unkeyed``: the next due jobs without a key of each limited queue served."""
+    shares = dict(queue_limits) if queue_limits is not None else {}
+    branches = []
+    for queue in limited_queues(queue_limits, limits):
+        branches.append(
+            f"SELECT * FROM (SELECT {_CANDIDATE} FROM {JOB} WHERE status = 'ready' "
+            f"AND concurrency_key IS NULL AND run_at <= {engine.now} AND queue = %s "
+            f"AND {not_paused('%s')} ORDER BY {_ORDER} LIMIT %s) AS branch"
+        )
+        pick.params += [queue, queue, min(shares.get(queue, limit), limit)]
+    if not branches:
+        # No limited queue: an empty set of the candidates' shape.
+        branches.append(f"SELECT {_CANDIDATE} FROM {JOB} WHERE 1 = 0")
+    pick.ctes.append("unkeyed AS (" + " UNION ALL ".join(branches) + ")")
+
+
+def _room(
+    engine: Engine,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int,
+    limits: Mapping[str, QueueLimits],
+) -> tuple[str, list[Any]]:
+    """SQL of how many jobs the round may start of the candidate row's queue."""
+    shares = dict(queue_limits) if queue_limits is not None else {}
+    whens: list[str] = []
+    params: list[Any] = []
+    for queue in dict.fromkeys([*shares, *limits]):
+        terms, term_params = [str(min(shares.get(queue, limit), limit))], []
+        queue_limit = limits.get(queue)
+        if queue_limit is not None and queue_limit.concurrency is not None:
+            terms.append(
+                f"{queue_limit.concurrency} - (SELECT COUNT(*) FROM {JOB} WHERE status = 'running' "
+                f"AND queue = %s AND locked_until > {engine.now})"
+            )
+            term_params.append(queue)
+        if queue_limit is not None and queue_limit.rate is not None:
+            cutoff = engine.clock_minus(str(queue_limit.rate.window))
+            terms.append(
+                f"{queue_limit.rate.count} - (SELECT COUNT(*) FROM {STARTS} "
+                f"WHERE queue = %s AND started_at > {cutoff})"
+            )
+            term_params.append(queue)
+        room = terms[0] if len(terms) == 1 else f"{engine.least}({', '.join(terms)})"
+        whens.append(f"WHEN %s THEN {room}")
+        params += [queue, *term_params]
+    if not whens:
+        return str(limit), []
+    return f"(CASE queue {' '.join(whens)} ELSE {limit} END)", params
+
+
+def rated_queues(queues: Sequence[str], limits: Mapping[str, QueueLimits]) -> list[tuple[str, int]]:
+    """``(queue, window seconds)`` of each of ``queues`` with a rate limit."""
+    return [
+        (queue, rate.window) for queue in queues if (rate := limits[queue].rate if queue in limits else None)
+    ]
+
+
+def ledger_statements(engine: Engine, rated: Sequence[tuple[str, int]]) -> tuple[str, str]:
+    """The ledger's insert (from a ``claimed`` row set) and prune, for the rated queues."""
+    marks = ", ".join(["%s"] * len(rated))
+    insert = (
+        f"INSERT INTO {STARTS} (queue, started_at) "
+        f"SELECT queue, {engine.clock} FROM claimed WHERE queue IN ({marks})"
+    )
+    prune = " OR ".join(
+        f"(queue = %s AND started_at <= {engine.clock_minus(str(window))})" for _q, window in rated
+    )
+    return insert, f"DELETE FROM {STARTS} WHERE {prune}"
