@@ -253,8 +253,8 @@ def flow_notes(samples: Samples, cfg: dict[str, Any]) -> str:
                 )
             for done in samples.get(f"{key}_short", []):
                 lines.append(
-                    f"- {side} drain, --concurrency {concurrency}: the worker found nothing to claim "
-                    f"after {done:,.0f} of {cfg['flow_jobs']:,} jobs"
+                    f"- {side} drain, --concurrency {concurrency}: the worker exited having acked "
+                    f"{done:,.0f} of {cfg['flow_jobs']:,} jobs"
                 )
     return "\n".join(lines) or "Every drain finished."
 
