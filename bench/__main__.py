@@ -169,12 +169,15 @@ def main() -> None:
             print()
         if "flow" in cfg["parts"]:
             title = f"PostgreSQL: flow control, {cfg['flow_jobs']:,} jobs over {cfg['flow_keys']:,} keys"
-            print(report.render(title, report.flow_rows(samples, cfg), samples))
-            print(report.flow_notes(samples, cfg))
+            rows = report.flow_rows(samples, cfg)
+            print(report.render(title, rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}\n{report.flow_notes(samples, cfg)}")
             print()
         if "against" in cfg["parts"]:
             title = f"PostgreSQL: this tree against {args.against} ({cfg['against']['commit'][:7]})"
-            print(report.render(title, report.against_rows(samples, cfg), samples))
+            rows = report.against_rows(samples, cfg)
+            print(report.render(title, rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}")
             print()
     if "sqlite" in results:
         samples = results["sqlite"]

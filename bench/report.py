@@ -84,6 +84,23 @@ def render(title: str, rows: list[Row], samples: Samples) -> str:
     return "\n".join(lines)
 
 
+def paired(samples: Samples, rows: list[Row]) -> str:
+    """Each row's ratio run by run, and their median: the two sides of a run met the same load.
+
+    The table's ratio is of the medians; when other work comes and goes
+    between runs, the median of the runs' own ratios is the steadier figure.
+    """
+    lines = []
+    for row in rows:
+        ours, base = samples.get(row.ours) or [], samples.get(row.base or "") or []
+        if row.unit != "/s" or not ours or len(ours) != len(base):
+            continue
+        ratios = [o / b for o, b in zip(ours, base, strict=True) if b]
+        each = " · ".join(f"{ratio:.2f}×" for ratio in ratios)
+        lines.append(f"- {row.label}: {each}; median {statistics.median(ratios):.2f}×")
+    return "\n".join(lines)
+
+
 def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
     best = int(samples["best_concurrency"][0])
     rows = [
