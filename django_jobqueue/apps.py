@@ -13,5 +13,5 @@ class JobQueueConfig(AppConfig):
 
         # Every process, not only workers, registers the @job functions, so that
         # enqueue("name", ...) in a web process gets that job's @job defaults
-        # (queue, priority, max_attempts, visibility_timeout, timeout) too.
+        # (queue, priority, max_attempts, visibility_timeout, timeout, concurrency_limit) too.
         load_job_modules()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from .conf import DEFAULTS, jobqueue_settings
+from .queue.flow import parse_queues
 from .queue.validation import (
     check_max_attempts,
     check_poll_interval,
@@ -112,6 +114,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
             )
         )
     errors.extend(_schedule_errors())
+    errors.extend(queues_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
@@ -131,3 +134,30 @@ def _schedule_errors() -> list[CheckMessage]:
             Error("JOBQUEUE['SCHEDULE_GRACE'] must be 0 or more seconds.", id="django_jobqueue.E012")
         )
     return errors
+
+
+QUEUES_HINT = "See docs/flow-control.md."
+
+
+def queues_errors() -> list[CheckMessage]:
+    """One error per bad entry of ``JOBQUEUE["QUEUES"]``, naming its queue and option.
+
+    Each entry is parsed on its own, so that every bad queue is reported at
+    once rather than the first only; ``runworker`` refuses to start on any.
+    """
+    raw = jobqueue_settings.QUEUES
+    entries = list(raw.items()) if isinstance(raw, Mapping) else [(None, raw)]
+    errors: list[CheckMessage] = []
+    for queue, options in entries:
+        try:
+            parse_queues(raw if queue is None else {queue: options})
+        except ValueError as exc:
+            errors.append(Error(_naming_queue(str(exc), queue), hint=QUEUES_HINT, id="django_jobqueue.E014"))
+    return errors
+
+
+def _naming_queue(problem: str, queue: object) -> str:
+    # A bad queue name is refused by check_queue, whose message names no setting.
+    if not problem.startswith("JOBQUEUE['QUEUES']"):
+        problem = f"JOBQUEUE['QUEUES'][{queue!r}]: {problem}"
+    return f"{problem}."

@@ -11,6 +11,7 @@ from . import registry
 from .exceptions import Retry
 from .models import Job
 from .queue import QueueClient
+from .queue.flow import check_concurrency_limit
 from .queue.validation import (
     check_max_attempts,
     check_name,
@@ -49,6 +50,8 @@ class JobFunction:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: timedelta | float | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
         database: str | None = None,
     ) -> BoundJob:
         """Return this job with options for one enqueue: ``.using(queue="urgent").enqueue(...)``.
@@ -63,6 +66,8 @@ class JobFunction:
             "unique_key": unique_key,
             "max_attempts": max_attempts,
             "timeout": timeout,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
         }
         return BoundJob(self.name, {k: v for k, v in options.items() if v is not None}, database)
 
@@ -92,6 +97,7 @@ def job(
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
     timeout: timedelta | float | None = None,
+    concurrency_limit: int | None = None,
     takes_context: bool = False,
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
     cron: str | None = None,
@@ -109,6 +115,7 @@ def job(
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
     timeout: timedelta | float | None = None,
+    concurrency_limit: int | None = None,
     takes_context: bool = False,
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
     cron: str | None = None,
@@ -121,10 +128,12 @@ def job(
     tuple or list) that send a run to the dead letters at once, as ``Fail``
     does, instead of retrying it. ``timeout`` (seconds or a ``timedelta``, up
     to 7 days) is how long one attempt may run before the worker ends it as
-    timed out; ``None`` leaves it to ``JOBQUEUE["TIMEOUT"]``. Raise
-    ``ValueError`` for a bad option or a
-    name taken by another function, ``TypeError`` for a ``fail_on`` that is not
-    exception classes.
+    timed out; ``None`` leaves it to ``JOBQUEUE["TIMEOUT"]``.
+    ``concurrency_limit`` (1 to 10,000) is how many jobs of this name with one
+    ``concurrency_key`` may run at once when an enqueue gives a key and no
+    limit; it does nothing for jobs enqueued without a key. Raise
+    ``ValueError`` for a bad option or a name taken by another function,
+    ``TypeError`` for a ``fail_on`` that is not exception classes.
 
     ``cron`` (five fields, in ``TIME_ZONE``) or ``every`` (seconds) also
     declares a schedule named after the job, with an empty payload; the
@@ -145,6 +154,9 @@ def job(
                 check_visibility_timeout(visibility_timeout) if visibility_timeout is not None else None
             ),
             timeout=check_timeout(timeout) if timeout is not None else None,
+            concurrency_limit=(
+                check_concurrency_limit(concurrency_limit) if concurrency_limit is not None else None
+            ),
             takes_context=bool(takes_context),
             fail_on=check_fail_on(fail_on),
             schedule=schedule,

@@ -25,6 +25,8 @@ def enqueue(
     unique_key: str | None = None,
     max_attempts: int | None = None,
     timeout: timedelta | float | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
     using: str | None = None,
 ) -> Job:
     """Enqueue the job ``name`` with ``payload`` (a JSON object) and return it.
@@ -32,9 +34,12 @@ def enqueue(
     Options left as ``None`` come from the job's ``@job`` defaults, then from
     settings. ``timeout`` is how long one attempt may run (seconds or a
     ``timedelta``, up to 7 days); left as ``None`` it is the ``@job``'s, else
-    ``JOBQUEUE["TIMEOUT"]`` (``None``: no limit). Raise ``JobPayloadError``
-    for a payload the queue cannot store and ``ValueError`` for a bad option,
-    before anything is written.
+    ``JOBQUEUE["TIMEOUT"]`` (``None``: no limit). With a ``concurrency_key``
+    (1-255 characters), at most ``concurrency_limit`` (1 to 10,000; left as
+    ``None``, the ``@job``'s) jobs with that key run at once across every
+    worker. Raise ``JobPayloadError`` for a payload the queue cannot store and
+    ``ValueError`` for a bad option (a key no limit comes with, a limit
+    without a key), before anything is written.
     """
     return QueueClient(using).push(
         name,
@@ -46,6 +51,8 @@ def enqueue(
         unique_key=unique_key,
         max_attempts=max_attempts,
         timeout=timeout,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
     )
 
 

@@ -37,7 +37,7 @@ class Job(models.Model):
     timeout = models.FloatField(
         null=True, blank=True, help_text="seconds one attempt may run; empty = no limit"
     )
-    # Flow control (queue/ops/flow.py): at most concurrency_limit jobs with this
+    # Flow control (queue/ops/limited.py): at most concurrency_limit jobs with this
     # key run at once across every worker. Both NULL for a job without a key.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 - NULL = no key
     concurrency_limit = models.IntegerField(null=True, blank=True)
@@ -79,7 +79,7 @@ class Job(models.Model):
                 condition=Q(status="ready", concurrency_key__isnull=True),
                 name="jobqueue_claim_any_idx",
             ),
-            # The limited claim (queue/ops/flow.py): ready jobs with a key, in claim
+            # The limited claim (queue/ops/limited.py): ready jobs with a key, in claim
             # order (its window), per queue, and per key (its walk over the keys).
             # Only jobs with a key pay for these four.
             models.Index(
@@ -245,7 +245,7 @@ class QueueState(models.Model):
     """An operator's word on one queue: paused or not. A queue without a row runs.
 
     Every claim reads the paused rows, so a pause reaches every worker at its
-    next claiming round and survives restarts. Written only by ``queue/ops/flow.py``.
+    next claiming round and survives restarts. Written only by ``queue/ops/pauses.py``.
     """
 
     queue = models.CharField(max_length=63, unique=True)
@@ -264,7 +264,7 @@ class QueueStart(models.Model):
 
     A claim counts a queue's rows newer than its window and writes one per job
     it starts; rows older than every window are deleted. Written only by
-    ``queue/ops/flow.py``.
+    ``queue/ops/limited.py``.
     """
 
     id = models.BigAutoField(primary_key=True)

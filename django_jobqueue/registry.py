@@ -31,6 +31,9 @@ class JobSpec:
     visibility_timeout: float | None = None
     # Seconds one attempt may run; None = the TIMEOUT setting's (itself None = no limit).
     timeout: float | None = None
+    # The limit of a job enqueued with a concurrency_key and no limit of its
+    # own; a job enqueued without a key has none (queue/preparation.py).
+    concurrency_limit: int | None = None
     takes_context: bool = False
     fail_on: tuple[type[BaseException], ...] = ()
     # @job(cron=...) / @job(every=...): {"cron": ...} or {"every": ...}, a

@@ -21,6 +21,7 @@ from django.conf import settings
 from . import registry
 from .conf import jobqueue_settings
 from .exceptions import JobPayloadError
+from .queue.preparation import concurrency_of
 from .queue.timetable import MAX_CATCH_UP, Schedule
 from .queue.validation import check_name, check_priority, check_queue, encode_payload_and_copy
 
@@ -34,7 +35,20 @@ __all__ = [
 ]
 
 CATCH_UP_CHOICES = ("latest", "none", "all")
-KEYS = frozenset({"job", "cron", "every", "payload", "queue", "priority", "timezone", "catch_up"})
+KEYS = frozenset(
+    {
+        "job",
+        "cron",
+        "every",
+        "payload",
+        "queue",
+        "priority",
+        "timezone",
+        "catch_up",
+        "concurrency_key",
+        "concurrency_limit",
+    }
+)
 # Longest supported `every`: a year. Longer periods belong in cron.
 MAX_EVERY = 366 * 86400
 
@@ -136,6 +150,10 @@ def _build(name: str, entry: Mapping[str, Any]) -> Schedule:
     if catch_up not in CATCH_UP_CHOICES:
         choices = ", ".join(map(repr, CATCH_UP_CHOICES))
         raise ValueError(f"'catch_up' must be one of {choices}, not {catch_up!r}")
+    key, limit = entry.get("concurrency_key"), entry.get("concurrency_limit")
+    # The enqueue's own refusals, now rather than at each fire time. The limit
+    # is kept as declared: None leaves the job's @job default in force.
+    concurrency_of(job, spec, {"concurrency_key": key, "concurrency_limit": limit})
     return Schedule(
         name=name,
         job=job,
@@ -146,6 +164,8 @@ def _build(name: str, entry: Mapping[str, Any]) -> Schedule:
         priority=check_priority(priority) if priority is not None else None,
         timezone=_check_timezone(zone),
         catch_up=catch_up,
+        concurrency_key=key,
+        concurrency_limit=limit,
     )
 
 

@@ -1,10 +1,11 @@
 """Read-only figures about the queue: what the admin's overview and ``jobqueue status`` show.
 
 Every query here is served by an index, so that the figures stay cheap on a
-table of millions of jobs: ready jobs by the claim's partial index, running
-jobs by theirs, the last hour by the finished-jobs index, dead letters by their
-queue index. Ages are measured against the database's clock, like everything
-else in the queue.
+table of millions of jobs: ready jobs by the claim's partial indexes (jobs
+without a concurrency key and jobs with one are in different indexes, so each
+half is counted apart and the two added), running jobs by theirs, the last
+hour by the finished-jobs index, dead letters by their queue index. Ages are
+measured against the database's clock, like everything else in the queue.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
 from .models import DeadLetter, Job, JobStatus, Worker
-from .queue import engine_for
+from .queue import QueueClient, engine_for
+from .queue.flow import QueueLimits, configured_limits
 from .queue.rows import to_datetime
 
 # A worker beats at least every 10 s; three missed beats and it is shown as late.
@@ -28,6 +30,8 @@ LATE_HEARTBEAT = 30.0
 THROUGHPUT_MINUTES = 60
 # A filter's choices stop here: a list longer than this is no use to a person.
 MAX_DISTINCT_VALUES = 200
+# The overview's table of concurrency keys stops here: the ones holding the most slots.
+BUSIEST_KEYS = 10
 
 
 @dataclass
@@ -41,6 +45,9 @@ class QueueStats:
     dead: int = 0
     done_last_hour: int = 0
     oldest_ready_age: float | None = None
+    # An operator's pause (QueueState) and JOBQUEUE["QUEUES"]'s limits.
+    paused: bool = False
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
     @property
     def backlog(self) -> int:
@@ -82,12 +89,23 @@ class Minute:
 
 
 @dataclass
+class KeyStats:
+    """A concurrency key's running jobs, and the highest limit they carry."""
+
+    key: str
+    running: int
+    limit: int | None
+
+
+@dataclass
 class Overview:
     now: datetime
     queues: list[QueueStats]
     total: QueueStats
     workers: list[WorkerStats]
     minutes: list[Minute] = field(default_factory=list)
+    # Why JOBQUEUE["QUEUES"] could not be read (the limits are then left out); the check says the same.
+    limits_problem: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict: what ``jobqueue status --json`` prints."""
@@ -96,12 +114,14 @@ class Overview:
             figures = asdict(stats)
             if stats.oldest_ready_age is not None:
                 figures["oldest_ready_age"] = round(stats.oldest_ready_age, 1)
+            figures["limits"] = limits_json(stats.limits)
             return figures
 
+        not_totals = {"queue", "paused", "limits"}
         return {
             "database_time": self.now.isoformat(),
             "queues": [queue(stats) for stats in self.queues],
-            "total": {key: value for key, value in queue(self.total).items() if key != "queue"},
+            "total": {key: value for key, value in queue(self.total).items() if key not in not_totals},
             "workers": [
                 {
                     **asdict(worker),
@@ -113,6 +133,12 @@ class Overview:
                 for worker in self.workers
             ],
         }
+
+
+def limits_json(limits: QueueLimits) -> dict[str, Any]:
+    """``{"concurrency": 10, "rate_limit": "100/m"}``, ``None`` for a limit the queue has not."""
+    rate = None if limits.rate is None else str(limits.rate)
+    return {"concurrency": limits.concurrency, "rate_limit": rate}
 
 
 def database_now(using: str) -> datetime:
@@ -138,20 +164,13 @@ def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
         return queues.setdefault(name, QueueStats(name))
 
     jobs = Job.objects.using(using).order_by()
-    ready = (
-        jobs.filter(status=JobStatus.READY)
-        .values("queue")
-        .annotate(
-            due=Count("pk", filter=Q(run_at__lte=now)),
-            later=Count("pk", filter=Q(run_at__gt=now)),
-            oldest=Min("run_at", filter=Q(run_at__lte=now)),
-        )
-    )
-    for row in ready:
+    for row in _ready_by_queue(jobs, now):
         entry = stats(row["queue"])
-        entry.ready, entry.scheduled = row["due"], row["later"]
+        entry.ready += row["due"]
+        entry.scheduled += row["later"]
         if row["oldest"] is not None:
-            entry.oldest_ready_age = max(0.0, (now - row["oldest"]).total_seconds())
+            age = max(0.0, (now - row["oldest"]).total_seconds())
+            entry.oldest_ready_age = max(entry.oldest_ready_age or 0.0, age)
     for name, count in _count_by_queue(jobs.filter(status=JobStatus.RUNNING)):
         stats(name).running = count
     hour_ago = now - timedelta(hours=1)
@@ -159,6 +178,12 @@ def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
         stats(name).done_last_hour = count
     for name, count in _count_by_queue(DeadLetter.objects.using(using).order_by()):
         stats(name).dead = count
+    # A paused queue or one with limits is shown even while it holds no job.
+    for name in QueueClient(using).paused_queues():
+        stats(name).paused = True
+    limits, problem = _configured_limits()
+    for name, queue_limits in limits.items():
+        stats(name).limits = queue_limits
 
     ordered = [queues[name] for name in sorted(queues)]
     total = QueueStats("total")
@@ -170,7 +195,53 @@ def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
         total=total,
         workers=live_workers(using, now),
         minutes=last_hour(using, now) if minutes else [],
+        limits_problem=problem,
     )
+
+
+def _ready_by_queue(jobs: models.QuerySet[Job], now: datetime) -> list[dict[str, Any]]:
+    """Per queue, ready jobs due and scheduled and the oldest due, in two rows: without a key and with one.
+
+    One query for each half, each in the partial index of its half; a query
+    over every ready job at once would match neither and scan the table.
+    """
+    rows: list[dict[str, Any]] = []
+    for keyless in (True, False):
+        half = (
+            jobs.filter(status=JobStatus.READY, concurrency_key__isnull=keyless)
+            .values("queue")
+            .annotate(
+                due=Count("pk", filter=Q(run_at__lte=now)),
+                later=Count("pk", filter=Q(run_at__gt=now)),
+                oldest=Min("run_at", filter=Q(run_at__lte=now)),
+            )
+        )
+        rows.extend(dict(row) for row in half)
+    return rows
+
+
+def _configured_limits() -> tuple[dict[str, QueueLimits], str | None]:
+    # A bad setting is the system check's to report (E014); the figures still show.
+    try:
+        return configured_limits(), None
+    except ValueError as exc:
+        return {}, str(exc)
+
+
+def busiest_keys(using: str, now: datetime, limit: int = BUSIEST_KEYS) -> list[KeyStats]:
+    """The concurrency keys with the most running jobs, most first; only unexpired claims count.
+
+    As for the claim, a job whose claim expired holds no slot. Read in the
+    index of running jobs with a key.
+    """
+    rows = (
+        Job.objects.using(using)
+        .filter(status=JobStatus.RUNNING, concurrency_key__isnull=False, locked_until__gt=now)
+        .values("concurrency_key")
+        .annotate(running=Count("pk"), limit=Max("concurrency_limit"))
+        .order_by("-running", "concurrency_key")[:limit]
+    )
+    return [KeyStats(str(row["concurrency_key"]), row["running"], row["limit"]) for row in rows]
 
 
 def _count_by_queue(queryset: models.QuerySet[Any]) -> list[tuple[str, int]]:
@@ -260,6 +331,14 @@ def distinct_values(
     with connection.cursor() as cursor:
         cursor.execute(sql, [limit])
         return [row[0] for row in cursor.fetchall()]
+
+
+def describe_limits(limits: QueueLimits) -> str:
+    """``10 at once, 100/m``: a queue's ``JOBQUEUE["QUEUES"]`` limits as a person reads them, or ``—``."""
+    parts = [] if limits.concurrency is None else [f"{limits.concurrency:,} at once"]
+    if limits.rate is not None:
+        parts.append(str(limits.rate))
+    return ", ".join(parts) or "—"
 
 
 def format_age(seconds: float | None) -> str:

@@ -98,6 +98,8 @@ JOBQUEUE = {
     # Periodic jobs (docs/schedules.md), as JSON; the tests' workers get theirs here.
     "SCHEDULES": env.json("JOBQUEUE_SCHEDULES", default={}),
     "SCHEDULE_GRACE": env.float("JOBQUEUE_SCHEDULE_GRACE", default=60.0),
+    # Flow control's queue caps and rate limits (docs/flow-control.md), as JSON.
+    "QUEUES": env.json("JOBQUEUE_QUEUES", default={}),
 }
 
 # Django's Tasks framework runs on the queue: django.tasks on Django 6, the

@@ -1,10 +1,10 @@
 """The admin in a real browser (Debian's chromium, driven by Playwright) against a live server.
 
-Two stories end to end: log in, open the dead letters, open one, retry it, and
-see it back on its queue; open the schedules, pause one, run one now, and see
-its job. A second test renders the main pages with realistic
-data and saves screenshots: to a temporary directory, or to the docs with
-``JOBQUEUE_SCREENSHOTS=docs/img``.
+Three stories end to end: log in, open the dead letters, open one, retry it,
+and see it back on its queue; open the schedules, pause one, run one now, and
+see its job; pause a queue from the overview and resume it. A second test
+renders the main pages with realistic data and saves screenshots: to a
+temporary directory, or to the docs with ``JOBQUEUE_SCREENSHOTS=docs/img``.
 """
 
 from __future__ import annotations
@@ -227,6 +227,32 @@ def test_pause_and_run_a_schedule_from_the_browser(page, live_server, queue, ope
     assert (made.queue, made.payload) == ("reports", {"kind": "daily"})
 
 
+def test_pause_and_resume_a_queue_from_the_overview(page, live_server, queue, operator):
+    queue.push("send_welcome_email", {"user_id": "7"}, queue="emails")
+    queue.push("send_otp", {"user_id": "42"}, queue="sms")
+    log_in(page, live_server.url)
+    page.get_by_role("link", name="Queue overview").first.click()
+    page.wait_for_url("**/queueoverview/")
+    emails = page.locator("tr.jq-queue", has_text="emails")
+    assert emails.locator(".jq-pill").count() == 0
+
+    emails.get_by_role("button", name="Pause").click()
+    page.wait_for_load_state()
+    assert page.locator(".messagelist").inner_text().startswith("Paused queue “emails”")
+    emails = page.locator("tr.jq-queue", has_text="emails")
+    assert emails.locator(".jq-pill").inner_text() == "paused"
+    assert page.locator("tr.jq-queue", has_text="sms").locator(".jq-pill").count() == 0
+    assert queue.paused_queues() == ["emails"]
+
+    emails.get_by_role("button", name="Resume").click()
+    page.wait_for_load_state()
+    assert page.locator(".messagelist").inner_text().startswith("Resumed queue “emails”")
+    emails = page.locator("tr.jq-queue", has_text="emails")
+    assert emails.locator(".jq-pill").count() == 0
+    assert emails.get_by_role("button", name="Pause").is_visible()
+    assert queue.paused_queues() == []
+
+
 # -- screenshots -------------------------------------------------------------------
 
 
@@ -281,6 +307,11 @@ def seed_a_busy_afternoon(client: QueueClient) -> dict[str, int]:
     for i in range(3):
         client.push("send_otp", {"user_id": str(5000 + i)}, queue="sms")
     client.pull_many("sms", worker_id="web-1:3187", limit=3)
+    # Flow control: a tenant's codes run under its key's limit; the reports are paused.
+    Job.objects.filter(status="running", queue="sms").update(
+        concurrency_key="tenant:acme", concurrency_limit=3
+    )
+    client.pause_queue("reports")
     cancelled = client.push("build_report", {"month": "2023-12"}, queue="reports")
     client.cancel(cancelled)
 
@@ -317,6 +348,7 @@ def seed_a_busy_afternoon(client: QueueClient) -> dict[str, int]:
     return {"slow_job": slow.pk, "dead_letter": letters[0].pk}
 
 
+@override_settings(JOBQUEUE={"QUEUES": {"sms": {"concurrency": 20, "rate_limit": "300/m"}}})
 def test_screenshots_of_the_main_pages(page, live_server, queue, operator, tmp_path):
     ids = seed_a_busy_afternoon(queue)
     target = Path(os.environ.get("JOBQUEUE_SCREENSHOTS") or tmp_path)

@@ -38,6 +38,14 @@ def test_defaults_pass():
         ({"MODULES": "myapp.jobs"}, "django_jobqueue.E007"),
         ({"PREPARED_STATEMENTS": "yes"}, "django_jobqueue.E009"),
         ({"VISIBILTY_TIMEOUT": 5}, "django_jobqueue.W001"),
+        ({"QUEUES": ["emails"]}, "django_jobqueue.E014"),
+        ({"QUEUES": {"emails": {"concurrency": 0}}}, "django_jobqueue.E014"),
+        ({"QUEUES": {"emails": {"concurrency": True}}}, "django_jobqueue.E014"),
+        ({"QUEUES": {"emails": {"rate_limit": "100/d"}}}, "django_jobqueue.E014"),
+        ({"QUEUES": {"emails": {"rate_limit": 100}}}, "django_jobqueue.E014"),
+        ({"QUEUES": {"emails": {"burst": 5}}}, "django_jobqueue.E014"),
+        ({"QUEUES": {"emails": 10}}, "django_jobqueue.E014"),
+        ({"QUEUES": {"no spaces": {"concurrency": 1}}}, "django_jobqueue.E014"),
     ],
 )
 def test_bad_settings_are_reported(setting, check_id):
@@ -61,3 +69,37 @@ def test_a_visibility_timeout_below_the_floor_is_explained():
         "JOBQUEUE['VISIBILITY_TIMEOUT']: VISIBILITY_TIMEOUT must be at least 1 second, got 0.05: "
         "a shorter claim expires before the heartbeat can extend it."
     )
+
+
+def test_good_queue_limits_pass():
+    queues = {"emails": {"concurrency": 10, "rate_limit": "100/m"}, "sms": {"rate_limit": "5/s"}, "x": {}}
+    assert ids(QUEUES=queues) == []
+    assert ids(QUEUES=None) == []
+
+
+def test_each_bad_queue_is_one_error_naming_it_and_its_option():
+    queues = {
+        "emails": {"concurrency": 0},
+        "ok": {"concurrency": 3},
+        "sms": {"rate_limit": "5/d"},
+        "bad name": {},
+        "webhooks": {"burst": 2},
+    }
+    with override_settings(JOBQUEUE={"QUEUES": queues}):
+        messages = check_jobqueue_settings()
+    assert {m.id for m in messages} == {"django_jobqueue.E014"}
+    assert {m.hint for m in messages} == {"See docs/flow-control.md."}
+    assert [m.msg for m in messages] == [
+        "JOBQUEUE['QUEUES']['emails']['concurrency'] must be a whole number from 1 to 100,000, not 0.",
+        "JOBQUEUE['QUEUES']['sms']['rate_limit'] must be a string like '100/m' (N per s, m or h), not '5/d'.",
+        "JOBQUEUE['QUEUES']['bad name']: queue name 'bad name' may hold only letters, digits, '_', '-', "
+        "'.' and ':'.",
+        "JOBQUEUE['QUEUES']['webhooks'] has unknown options ['burst']; it takes 'concurrency' and "
+        "'rate_limit'.",
+    ]
+
+
+def test_queues_that_is_not_a_dict_is_one_error():
+    with override_settings(JOBQUEUE={"QUEUES": ["emails"]}):
+        [message] = check_jobqueue_settings()
+    assert message.msg == "JOBQUEUE['QUEUES'] must be a dict of queue name -> options."

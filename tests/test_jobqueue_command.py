@@ -1,4 +1,4 @@
-"""``manage.py jobqueue``: status (table and JSON), retry-dead, prune and tick."""
+"""``manage.py jobqueue``: status (table and JSON), pause and resume, retry-dead, prune and tick."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import override_settings
 from django.utils import timezone
 
 from django_jobqueue import QueueClient
@@ -66,11 +67,13 @@ def test_status_prints_a_table(busy):
         "done",
         "(1",
         "h)",
+        "paused",
+        "limits",
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:4]}
     assert rows["emails"][:5] == ["emails", "1", "1", "0", "1"]
-    assert rows["emails"][5:] == ["12", "min", "1"]
-    assert rows["reports"] == ["reports", "0", "0", "1", "0", "—", "0"]
+    assert rows["emails"][5:] == ["12", "min", "1", "—", "—"]
+    assert rows["reports"] == ["reports", "0", "0", "1", "0", "—", "0", "—", "—"]
     assert rows["total"] == ["total", "1", "1", "1", "1", "12", "min", "1"]
     assert "1 worker(s):" in lines
     assert any(line.split()[:3] == ["web-1:77", "web-1", "77"] for line in lines)
@@ -90,6 +93,82 @@ def test_status_json_for_scripts(busy):
     assert status["total"]["running"] == 1
     assert status["workers"][0]["worker_id"] == "web-1:77" and status["workers"][0]["late"] is False
     assert status["database_time"]
+
+
+LIMITS = {"emails": {"concurrency": 10, "rate_limit": "100/m"}, "webhooks": {"rate_limit": "5/s"}}
+
+
+def test_status_shows_pauses_and_limits_even_of_queues_without_jobs(busy, queue):
+    queue.pause_queue("emails")
+    queue.pause_queue("idle")
+    with override_settings(JOBQUEUE={"QUEUES": LIMITS}):
+        lines = run("status").splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[1:6]}
+    assert rows["emails"][8:] == ["paused", "10", "at", "once,", "100/m"]
+    assert rows["idle"] == ["idle", "0", "0", "0", "0", "—", "0", "paused", "—"]
+    assert rows["webhooks"] == ["webhooks", "0", "0", "0", "0", "—", "0", "—", "5/s"]
+    assert rows["reports"][7:] == ["—", "—"]
+    assert rows["total"] == ["total", "1", "1", "1", "1", "12", "min", "1"]
+
+
+def test_status_json_gains_each_queues_pause_and_limits(busy, queue):
+    queue.pause_queue("emails")
+    queue.pause_queue("idle")
+    with override_settings(JOBQUEUE={"QUEUES": LIMITS}):
+        status = json.loads(run("status", "--json"))
+    by_name = {q["queue"]: q for q in status["queues"]}
+    assert list(by_name) == ["emails", "idle", "reports", "webhooks"]
+    assert (by_name["emails"]["paused"], by_name["emails"]["limits"]) == (
+        True,
+        {"concurrency": 10, "rate_limit": "100/m"},
+    )
+    assert by_name["idle"] == {
+        "queue": "idle",
+        "ready": 0,
+        "scheduled": 0,
+        "running": 0,
+        "dead": 0,
+        "done_last_hour": 0,
+        "oldest_ready_age": None,
+        "paused": True,
+        "limits": {"concurrency": None, "rate_limit": None},
+    }
+    assert by_name["webhooks"]["limits"] == {"concurrency": None, "rate_limit": "5/s"}
+    assert not by_name["reports"]["paused"]
+    assert set(status["total"]) == {
+        "ready",
+        "scheduled",
+        "running",
+        "dead",
+        "done_last_hour",
+        "oldest_ready_age",
+    }
+
+
+def test_status_past_skipped_checks_leaves_out_bad_limits_and_says_so(busy):
+    err = StringIO()
+    with override_settings(JOBQUEUE={"QUEUES": {"emails": {"concurrency": 0}}}):
+        call_command("jobqueue", "status", "--json", stdout=StringIO(), stderr=err, skip_checks=True)
+    assert err.getvalue().startswith("The limits are not shown: JOBQUEUE['QUEUES']['emails']['concurrency']")
+
+
+def test_pause_and_resume_say_what_happened(queue):
+    assert run("pause", "emails") == "Paused queue 'emails': no worker claims from it until it is resumed.\n"
+    assert run("pause", "emails") == "Queue 'emails' was already paused.\n"
+    assert queue.paused_queues() == ["emails"]
+    assert run("resume", "emails") == "Resumed queue 'emails': workers claim from it again.\n"
+    assert run("resume", "emails") == "Queue 'emails' was not paused.\n"
+    assert run("resume", "never-paused") == "Queue 'never-paused' was not paused.\n"
+    assert queue.paused_queues() == []
+
+
+@pytest.mark.parametrize(
+    "args", [("pause",), ("pause", "no spaces"), ("resume", "x" * 64), ("pause", "a", "b")]
+)
+def test_pause_and_resume_refuse_a_bad_queue_name(queue, args):
+    with pytest.raises(CommandError):
+        run(*args)
+    assert queue.paused_queues() == []
 
 
 def test_status_of_an_empty_queue(queue):
@@ -254,7 +333,7 @@ def subcommand_parsers() -> dict[str, Any]:
 
 def test_each_subcommand_describes_itself_and_its_own_verbosity():
     parsers = subcommand_parsers()
-    assert set(parsers) == {"status", "schedules", "retry-dead", "prune", "tick"}
+    assert set(parsers) == {"status", "schedules", "pause", "resume", "retry-dead", "prune", "tick"}
     for name, sub in parsers.items():
         assert sub.description and len(sub.description) > 60, name
         (verbosity,) = [action for action in sub._actions if action.dest == "sub_verbosity"]

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from django_jobqueue import stats
 from django_jobqueue.models import DeadLetter, Job
+from django_jobqueue.queue.flow import QueueLimits, Rate
 
 
 @pytest.mark.parametrize(
@@ -52,3 +53,19 @@ def test_the_last_hour_counts_each_minute_by_the_database_clock(queue):
     assert [m.done for m in minutes if m.done] == [1, 2]
     assert minutes[29].done == 1, "thirty minutes ago is the thirtieth bar"
     assert abs((now - timezone.now()).total_seconds()) < 5
+
+
+def test_ready_jobs_with_and_without_a_key_add_up_per_queue(queue):
+    now = stats.database_now("default")
+    for minutes_ago, key in [(5, None), (20, "tenant:1"), (-10, "tenant:1"), (-10, None)]:
+        job = queue.push("tests.noop", {}, queue="emails")
+        Job.objects.filter(pk=job.pk).update(run_at=now - timedelta(minutes=minutes_ago), concurrency_key=key)
+    [emails] = stats.overview("default", minutes=False).queues
+    assert (emails.ready, emails.scheduled) == (2, 2)
+    assert 19 * 60 < emails.oldest_ready_age < 21 * 60, "the oldest of both halves"
+
+
+def test_describe_limits():
+    assert stats.describe_limits(QueueLimits()) == "—"
+    assert stats.describe_limits(QueueLimits(12000, Rate(100, 60))) == "12,000 at once, 100/m"
+    assert stats.describe_limits(QueueLimits(rate=Rate(5, 1))) == "5/s"

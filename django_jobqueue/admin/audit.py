@@ -1,4 +1,4 @@
-"""The admin's log of what operators did: one ``LogEntry`` per job, dead letter or schedule changed.
+"""The admin's log of what operators did: one ``LogEntry`` per job, dead letter, schedule or queue changed.
 
 Entries are written in bulk, a batch at a time, so that an action over
 thousands of rows logs each one without holding them all in memory.
@@ -14,7 +14,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from ..models import DeadLetter, Job, JobStatus, Schedule
+from ..models import DeadLetter, Job, JobStatus, QueueState, Schedule
 from ..queue import DeletedDeadLetter, JobChange, RetriedDeadLetter
 
 
@@ -47,6 +47,11 @@ def log_deleted(request: HttpRequest, deleted: Sequence[DeletedDeadLetter]) -> N
 def log_schedule_changes(request: HttpRequest, schedules: Sequence[Schedule], message: str) -> None:
     """Log ``message`` (paused, resumed) against each schedule row changed."""
     _log(request, CHANGE, [(schedule, message) for schedule in schedules])
+
+
+def log_queue_state(request: HttpRequest, row: QueueState, message: str) -> None:
+    """Log ``message`` (paused, resumed) against the queue's ``QueueState`` row."""
+    _log(request, CHANGE, [(row, message)])
 
 
 def log_ran_now(request: HttpRequest, schedule: Schedule, job: Job, receipt: str) -> None:

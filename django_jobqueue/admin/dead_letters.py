@@ -26,7 +26,17 @@ from ..models import DeadLetter
 from ..queue import RetriedDeadLetter
 from .audit import log_deleted, log_retried
 from .base import OperatorAdmin, parse_id
-from .display import EMPTY, cut, preformatted, pretty_payload, seconds, time_limit, timestamp, with_relative
+from .display import (
+    EMPTY,
+    concurrency_limit,
+    cut,
+    preformatted,
+    pretty_payload,
+    seconds,
+    time_limit,
+    timestamp,
+    with_relative,
+)
 from .filters import FailedFilter, NameFilter, QueueFilter
 from .jobs import plural
 
@@ -55,7 +65,21 @@ class DeadLetterAdmin(OperatorAdmin):
     ordering = ("-failed_at",)
     actions = ("retry", "delete_letters")
     fieldsets = (
-        (None, {"fields": ("id", "name", "queue", "original_job", "priority", "attempts_of_max")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "name",
+                    "queue",
+                    "original_job",
+                    "priority",
+                    "attempts_of_max",
+                    "key_for_concurrency",
+                    "limit_for_concurrency",
+                )
+            },
+        ),
         (
             "Failure",
             {"fields": ("failed_when", "worker_id", "enqueued", "claim_timeout", "attempt_time_limit")},
@@ -99,6 +123,14 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.display(description="attempts")
     def attempts_of_max(self, letter: DeadLetter) -> str:
         return f"{letter.attempts} / {letter.max_attempts}"
+
+    @admin.display(description="concurrency key")
+    def key_for_concurrency(self, letter: DeadLetter) -> str:
+        return letter.concurrency_key or EMPTY
+
+    @admin.display(description="concurrency limit")
+    def limit_for_concurrency(self, letter: DeadLetter) -> str:
+        return concurrency_limit(letter.concurrency_limit)
 
     @admin.display(description="error")
     def error_summary(self, letter: DeadLetter) -> SafeString | str:

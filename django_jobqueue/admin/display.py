@@ -106,6 +106,11 @@ def time_limit(value: float | None) -> str:
     return "no limit" if value is None else seconds(value)
 
 
+def concurrency_limit(value: int | None) -> str:
+    """A job's concurrency limit: how many with its key run at once; ``—`` for a job without a key."""
+    return EMPTY if value is None else f"{value:,} at once"
+
+
 def cut(text: str | None) -> SafeString | str:
     """A list cell's text, cut to the column's width by CSS, whole in its tooltip."""
     if not text:

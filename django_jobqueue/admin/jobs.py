@@ -24,6 +24,7 @@ from .audit import log_job_changes
 from .base import OperatorAdmin, id_batches, parse_id
 from .display import (
     EMPTY,
+    concurrency_limit,
     cut,
     pill,
     preformatted,
@@ -61,14 +62,28 @@ class JobAdmin(OperatorAdmin):
     filter_params = frozenset({"status", "queue", "name"})
     # Shows the search box; search_filter() decides what a term matches.
     search_fields = ("name",)
-    search_help_text = "A job id, a job name or a unique key, exactly."
+    search_help_text = (
+        "A job id, a job name, a unique key or a ready or running job's concurrency key, exactly."
+    )
     # Newest first: the primary key read backwards, or (queue, id) / (name, id) when filtered.
     ordering = ("-id",)
     actions = ("retry_now", "cancel")
     fieldsets = (
         (
             None,
-            {"fields": ("id", "name", "queue", "status_detail", "priority", "attempts_of_max", "unique_key")},
+            {
+                "fields": (
+                    "id",
+                    "name",
+                    "queue",
+                    "status_detail",
+                    "priority",
+                    "attempts_of_max",
+                    "unique_key",
+                    "key_for_concurrency",
+                    "limit_for_concurrency",
+                )
+            },
         ),
         (
             "Claim",
@@ -89,7 +104,13 @@ class JobAdmin(OperatorAdmin):
         return False
 
     def search_filter(self, term: str) -> Q:
-        found = Q(name=term) | Q(unique_key=term)
+        # A concurrency key is looked up in the claim's partial indexes on it,
+        # which hold ready and running jobs only: a key match over every status
+        # has no index, and in an OR it would turn each search into a scan.
+        by_key = Q(concurrency_key=term, status=JobStatus.READY) | Q(
+            concurrency_key=term, status=JobStatus.RUNNING
+        )
+        found = Q(name=term) | Q(unique_key=term) | by_key
         job_id = parse_id(term)
         return found | Q(pk=job_id) if job_id is not None else found
 
@@ -130,6 +151,14 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="status")
     def status_detail(self, job: Job) -> SafeString:
         return format_html("{} {}", status_pill(job), status_hint(job))
+
+    @admin.display(description="concurrency key")
+    def key_for_concurrency(self, job: Job) -> str:
+        return job.concurrency_key or EMPTY
+
+    @admin.display(description="concurrency limit")
+    def limit_for_concurrency(self, job: Job) -> str:
+        return concurrency_limit(job.concurrency_limit)
 
     @admin.display(description="claim deadline")
     def claim_deadline(self, job: Job) -> SafeString | str:

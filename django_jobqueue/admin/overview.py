@@ -1,29 +1,38 @@
-"""The queue overview, the page an operator opens first, and the list of live workers."""
+"""The queue overview, the page an operator opens first, and the list of live workers.
+
+Besides the figures, the overview pauses and resumes queues: a button per
+queue posts to a view that calls ``QueueClient`` and answers with a redirect.
+Only users who may change jobs see the buttons; the views refuse the others.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.db.models.functions import Now
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from .. import stats
-from ..models import Worker
+from ..models import QueueState, Worker
 from ..queue import QueueClient
+from ..queue.validation import check_queue
+from .audit import log_queue_state
 from .display import EMPTY, pill, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
 REFRESH_CHOICES = (5, 10, 30, 60)
+PAUSED = "Paused: no worker claims from the queue until it is resumed."
+RESUMED = "Resumed: workers claim from the queue again."
 
 
 @dataclass
@@ -35,6 +44,12 @@ class Bar:
     failed_y: float
     failed_height: float
     title: str
+
+
+def may_pause(request: HttpRequest) -> bool:
+    """Pausing a queue stops its jobs, as cancelling does: it takes the permission to change jobs."""
+    user = request.user
+    return bool(user.is_active and user.is_staff and user.has_perm("django_jobqueue.change_job"))
 
 
 def may_see_jobs(request: HttpRequest) -> bool:
@@ -65,15 +80,23 @@ class QueueOverviewAdmin(admin.ModelAdmin):
         return False
 
     def get_urls(self) -> list[URLPattern]:
-        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+        prefix, view = f"{self.opts.app_label}_{self.opts.model_name}", self.admin_site.admin_view
+        return [
+            path("", view(self.changelist_view), name=f"{prefix}_changelist"),
+            path("pause/", view(self.pause_view), name=f"{prefix}_pause"),
+            path("resume/", view(self.resume_view), name=f"{prefix}_resume"),
+        ]
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        figures = stats.overview(QueueClient().using)
+        using = QueueClient().using
+        figures = stats.overview(using)
+        if figures.limits_problem is not None:
+            message = f"The queues’ limits are not shown: {figures.limits_problem}."
+            self.message_user(request, message, messages.ERROR)
         widest = max((queue.backlog for queue in figures.queues), default=0)
         refresh = request.GET.get("refresh", "")
         return TemplateResponse(
@@ -84,7 +107,13 @@ class QueueOverviewAdmin(admin.ModelAdmin):
                 "opts": self.opts,
                 "title": "Queue overview",
                 "overview": figures,
-                "rows": [(queue, bar_widths(queue, widest)) for queue in figures.queues],
+                "rows": [
+                    (queue, bar_widths(queue, widest), stats.describe_limits(queue.limits))
+                    for queue in figures.queues
+                ],
+                "busiest_keys": stats.busiest_keys(using, figures.now),
+                "busiest_cap": stats.BUSIEST_KEYS,
+                "may_pause": may_pause(request),
                 "chart": chart(figures.minutes),
                 "late_heartbeat": stats.LATE_HEARTBEAT,
                 "refresh": int(refresh) if refresh.isdigit() and int(refresh) in REFRESH_CHOICES else None,
@@ -92,6 +121,39 @@ class QueueOverviewAdmin(admin.ModelAdmin):
                 **(extra_context or {}),
             },
         )
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        return self.set_paused(request, paused=True)
+
+    def resume_view(self, request: HttpRequest) -> HttpResponse:
+        return self.set_paused(request, paused=False)
+
+    def set_paused(self, request: HttpRequest, *, paused: bool) -> HttpResponse:
+        """Pause or resume the posted queue, log it, say what happened and go back to the overview."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not may_pause(request):
+            raise PermissionDenied
+        back = HttpResponseRedirect(reverse("admin:django_jobqueue_queueoverview_changelist"))
+        try:
+            queue = check_queue(request.POST.get("queue", ""))
+        except ValueError as exc:
+            self.message_user(request, f"Nothing was changed: {exc}.", messages.ERROR)
+            return back
+        client = QueueClient()
+        if not (client.pause_queue(queue) if paused else client.resume_queue(queue)):
+            state = "already paused" if paused else "not paused"
+            self.message_user(request, f"Queue “{queue}” was {state}.", messages.WARNING)
+            return back
+        row = QueueState.objects.using(client.using).get(queue=queue)
+        log_queue_state(request, row, PAUSED if paused else RESUMED)
+        if paused:
+            done = f"Paused queue “{queue}”: no worker claims from it until it is resumed; "
+            done += "enqueueing still works and running jobs finish."
+        else:
+            done = f"Resumed queue “{queue}”: workers claim from it again."
+        self.message_user(request, done, messages.SUCCESS)
+        return back
 
 
 def bar_widths(queue: stats.QueueStats, widest: int) -> list[tuple[str, float, int]]:

@@ -27,7 +27,7 @@ from ..models import Job, Schedule
 from ..queue.schedules import ScheduleBook
 from .audit import log_schedule_changes
 from .base import OperatorAdmin, parse_id
-from .display import EMPTY, cut, pretty_json, pretty_payload, timestamp, with_relative
+from .display import EMPTY, concurrency_limit, cut, pretty_json, pretty_payload, timestamp, with_relative
 from .overview import may_see_jobs
 from .run_now import TOKEN_FIELD, ScheduleActionForm, new_token, posted_token, run_once
 from .schedule_rows import Declarations, annotate, state_of, state_pills
@@ -60,7 +60,9 @@ class ScheduleAdmin(OperatorAdmin):
         ("State", {"fields": ("state", "next_fire", "last_fire", "handled_through_at", "updated")}),
         ("Payload", {"fields": ("payload_json",)}),
     )
-    readonly_fields = (*flatten_fieldsets(fieldsets), "stored_json")
+    # Shown only for a schedule that declares a concurrency key (get_fieldsets).
+    concurrency_fields = ("key_for_concurrency", "limit_for_concurrency")
+    readonly_fields = (*flatten_fieldsets(fieldsets), *concurrency_fields, "stored_json")
 
     class Media:
         css = {"all": ["django_jobqueue/admin.css"]}
@@ -97,10 +99,24 @@ class ScheduleAdmin(OperatorAdmin):
         return row
 
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
-        if obj is None or state_of(obj).current or state_of(obj).stored is None:
+        if obj is None:
             return self.fieldsets
+        fieldsets = self._with_concurrency(obj)
+        if state_of(obj).current or state_of(obj).stored is None:
+            return fieldsets
         # During a deploy: what the row holds, beside this process's declaration.
-        return (*self.fieldsets, ("The row's declaration", {"fields": ("stored_json",)}))
+        return (*fieldsets, ("The row's declaration", {"fields": ("stored_json",)}))
+
+    def _with_concurrency(self, row: Schedule) -> Any:
+        """The fieldsets, with the concurrency key and limit after the priority if the schedule has a key."""
+        shown = state_of(row).shown
+        if shown is None or shown.concurrency_key is None:
+            return self.fieldsets
+        (title, options), *rest = self.fieldsets
+        fields = options["fields"]
+        at = fields.index("job_priority") + 1
+        first = (title, {**options, "fields": (*fields[:at], *self.concurrency_fields, *fields[at:])})
+        return (first, *rest)
 
     # -- columns and fields ----------------------------------------------------
 
@@ -133,6 +149,20 @@ class ScheduleAdmin(OperatorAdmin):
         if shown is None:
             return EMPTY
         return str(shown.priority) if shown.priority is not None else "the job's own"
+
+    @admin.display(description="concurrency key")
+    def key_for_concurrency(self, row: Schedule) -> str:
+        shown = state_of(row).shown
+        return (shown.concurrency_key or EMPTY) if shown is not None else EMPTY
+
+    @admin.display(description="concurrency limit")
+    def limit_for_concurrency(self, row: Schedule) -> str:
+        shown = state_of(row).shown
+        if shown is None or shown.concurrency_key is None:
+            return EMPTY
+        if shown.concurrency_limit is None:
+            return "the job's own"
+        return concurrency_limit(shown.concurrency_limit)
 
     @admin.display(description="declaration")
     def declaration(self, row: Schedule) -> str:

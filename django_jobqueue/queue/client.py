@@ -264,6 +264,29 @@ class QueueClient:
         seconds = jobqueue_settings.KEEP_COMPLETED if older_than is None else older_than
         return ops.prune(self.using, to_seconds(seconds, "older_than"))
 
+    # -- pauses ----------------------------------------------------------------
+
+    def pause_queue(self, queue: str) -> bool:
+        """Stop every worker claiming from ``queue``; False if it was already paused.
+
+        Enqueue still works and running jobs finish. The pause is a row in the
+        database: it holds for every worker, and across restarts, until
+        ``resume_queue``. Raise ``ValueError`` for a malformed queue name.
+        """
+        return ops.pause_queue(self.using, check_queue(queue))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again; False if it was not paused.
+
+        On PostgreSQL idle workers of the queue are woken when this commits.
+        Raise ``ValueError`` for a malformed queue name.
+        """
+        return ops.resume_queue(self.using, check_queue(queue))
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues, in order."""
+        return ops.paused_queues(self.using)
+
     # -- workers ---------------------------------------------------------------
 
     def extend_claims(

@@ -3,7 +3,7 @@
 ``QUEUES = {"emails": {"concurrency": 10, "rate_limit": "100/m"}}``: at most 10
 jobs of ``emails`` run at once, and at most 100 start in any 60 seconds, across
 every worker. A queue not named here has no limit. The claim that enforces them
-is ``queue/ops/flow.py``; this module only parses (pure, no database).
+is ``queue/ops/limited.py``; this module only parses (pure, no database).
 """
 
 from __future__ import annotations

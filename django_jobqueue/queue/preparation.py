@@ -15,6 +15,7 @@ from typing import Any
 from .. import registry
 from ..conf import jobqueue_settings
 from ..exceptions import JobPayloadError
+from .flow import check_concurrency_key, check_concurrency_limit
 from .ops import NewJob
 from .validation import (
     check_max_attempts,
@@ -30,7 +31,18 @@ from .validation import (
 )
 
 ENQUEUE_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "unique_key", "max_attempts", "visibility_timeout", "timeout"}
+    {
+        "queue",
+        "priority",
+        "run_at",
+        "delay",
+        "unique_key",
+        "max_attempts",
+        "visibility_timeout",
+        "timeout",
+        "concurrency_key",
+        "concurrency_limit",
+    }
 )
 
 # A batch item: a job's name, its payload and its enqueue options.
@@ -145,6 +157,7 @@ class JobPreparer:
         text, copy = encode_payload_and_copy(payload, self._max_payload_bytes)
         if spec is not None and spec.call_shape is not None:
             _check_fits(name, spec.call_shape, payload)
+        concurrency_key, concurrency_limit = concurrency_of(name, spec, options)
         return NewJob(
             name=name,
             queue=queue,
@@ -157,6 +170,8 @@ class JobPreparer:
             delay=to_seconds(delay, "delay") if delay is not None else 0.0,
             unique_key=check_unique_key(unique_key) if unique_key is not None else None,
             payload=copy,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
 
     def _spec(self, name: object) -> registry.JobSpec | None:
@@ -178,6 +193,36 @@ class JobPreparer:
             default = getattr(spec, key) if spec is not None else None
             self._defaults[cache_key] = _DEFAULTED[key](self._settings[key] if default is None else default)
         return self._defaults[cache_key]
+
+
+def concurrency_of(
+    name: str, spec: registry.JobSpec | None, options: Mapping[str, Any]
+) -> tuple[str | None, int | None]:
+    """A job's concurrency key and its limit (the call's, else ``@job``'s); both None without a key.
+
+    ``@job(concurrency_limit=)`` is only a default for keyed enqueues: a job
+    enqueued without a key has no key limit. Raise ``ValueError`` for a bad key
+    or limit, a limit given without a key, and a key no limit comes with. A
+    schedule's declaration passes the same checks (``schedules.py``).
+    """
+    key, limit = options.get("concurrency_key"), options.get("concurrency_limit")
+    if limit is not None:
+        limit = check_concurrency_limit(limit)
+    if key is None:
+        if limit is not None:
+            raise ValueError(
+                "concurrency_limit needs a concurrency_key: it limits how many jobs with that key run at once"
+            )
+        return None, None
+    key = check_concurrency_key(key)
+    if limit is None and spec is not None:
+        limit = spec.concurrency_limit
+    if limit is None:
+        raise ValueError(
+            f"concurrency_key needs a concurrency_limit: give concurrency_limit with the key, "
+            f"or declare one for job {name!r} with @job(concurrency_limit=...)"
+        )
+    return key, limit
 
 
 def prepared(items: Iterable[Item]) -> Iterator[NewJob]:

@@ -247,6 +247,10 @@ def _options(schedule: Declared) -> dict[str, object]:
         options["queue"] = schedule.queue
     if schedule.priority is not None:
         options["priority"] = schedule.priority
+    if schedule.concurrency_key is not None:
+        options["concurrency_key"] = schedule.concurrency_key
+    if schedule.concurrency_limit is not None:
+        options["concurrency_limit"] = schedule.concurrency_limit
     return options
 
 

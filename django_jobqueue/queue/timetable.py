@@ -40,7 +40,8 @@ class Schedule:
     """One declared schedule: which job to enqueue, and when.
 
     ``queue`` and ``priority`` of None leave the job's own ``@job`` defaults
-    (or the settings') in force.
+    (or the settings') in force; so does a ``concurrency_limit`` of None
+    beside a ``concurrency_key`` (the job's ``@job(concurrency_limit=)``).
     """
 
     name: str
@@ -52,6 +53,8 @@ class Schedule:
     priority: int | None = None
     timezone: str = "UTC"
     catch_up: str = "latest"
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
     @property
     def zone(self) -> ZoneInfo:
@@ -66,7 +69,7 @@ class Schedule:
 
     def definition(self) -> dict[str, Any]:
         """Everything that decides what is enqueued and when, as stored on the schedule's row."""
-        return {
+        definition: dict[str, Any] = {
             "job": self.job,
             "cron": self.cron,
             "every": self.every,
@@ -76,6 +79,13 @@ class Schedule:
             "timezone": self.timezone,
             "catch_up": self.catch_up,
         }
+        # Only when declared: a schedule without them keeps the signature it had
+        # before they existed, so an upgrade redefines no schedule's row.
+        if self.concurrency_key is not None:
+            definition["concurrency_key"] = self.concurrency_key
+        if self.concurrency_limit is not None:
+            definition["concurrency_limit"] = self.concurrency_limit
+        return definition
 
     @property
     def signature(self) -> str:

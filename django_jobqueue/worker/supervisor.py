@@ -281,10 +281,13 @@ class Supervisor:
                     self._stopping.wait(outage.failed(exc))
                     continue
                 outage.recovered()
-                if self.config.burst and idle and free > 0 and not claimed:
+                flow = self.client.flow
+                # A due job that a limit holds back (its key, its queue's cap or
+                # rate) is still due: a burst worker waits for it.
+                if self.config.burst and idle and free > 0 and not claimed and not flow.held:
                     self.request_stop("burst: no job due")
                     return
-                if more:
+                if more or flow.walk_next:
                     continue
             self.wakeup.wait()
 

@@ -2,6 +2,8 @@
 
     jobqueue status [--json]
     jobqueue schedules [--json]
+    jobqueue pause QUEUE
+    jobqueue resume QUEUE
     jobqueue retry-dead (ID ... | --all) [--queue Q] [--name N]
     jobqueue prune [--older-than SECONDS]
     jobqueue tick
@@ -31,8 +33,8 @@ from ..arguments import database_alias
 # Each subcommand's one-line help (the list in ``jobqueue --help``), then the rest of its description.
 STATUS_HELP = (
     "Per queue: ready, scheduled, running, dead; live workers.",
-    "Also how long the oldest ready job has waited and the jobs done in the last hour. "
-    "--json prints the same for scripts and health checks.",
+    "Also how long the oldest ready job has waited, the jobs done in the last hour, whether the queue "
+    "is paused and its JOBQUEUE['QUEUES'] limits. --json prints the same for scripts and health checks.",
 )
 SCHEDULES_HELP = (
     "Per periodic job: its job, when it fires, the next and the last fire time, paused or not.",
@@ -48,6 +50,15 @@ PRUNE_HELP = (
     "Delete done and cancelled jobs older than KEEP_COMPLETED.",
     "Workers do this every five minutes; dead letters are never pruned.",
 )
+PAUSE_HELP = (
+    "Stop every worker claiming from a queue, until it is resumed.",
+    "Enqueueing still works and running jobs finish. The pause is kept in the database: it holds "
+    "for every worker, and across restarts.",
+)
+RESUME_HELP = (
+    "Let workers claim from a paused queue again.",
+    "On PostgreSQL idle workers of the queue start at once; elsewhere at their next poll.",
+)
 TICK_HELP = (
     "Hand expired claims back (or to the dead letters when spent).",
     "Workers do this on their own timer; run it when none is running.",
@@ -58,7 +69,17 @@ VERBOSITY_HELP_RETRY = (
 )
 VERBOSITY_HELP_SAME = "Accepted for Django's usual -v; this subcommand prints the same at every level."
 
-STATUS_COLUMNS = ("queue", "ready", "scheduled", "running", "dead", "oldest ready", "done (1 h)")
+STATUS_COLUMNS = (
+    "queue",
+    "ready",
+    "scheduled",
+    "running",
+    "dead",
+    "oldest ready",
+    "done (1 h)",
+    "paused",
+    "limits",
+)
 SCHEDULE_COLUMNS = ("schedule", "job", "when", "timezone", "next fire (UTC)", "last fire (UTC)", "paused")
 WORKER_COLUMNS = ("worker", "host", "pid", "queues", "concurrency", "last heartbeat")
 
@@ -103,6 +124,21 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], numeric: set
     return [line(header), *(line(row) for row in rows)]
 
 
+def status_row(queue: stats.QueueStats, *, is_total: bool = False) -> tuple[str, ...]:
+    """One line of ``status``: a queue's figures, or the totals (which have no pause or limits)."""
+    state = ("", "") if is_total else ("paused" if queue.paused else "—", stats.describe_limits(queue.limits))
+    return (
+        queue.queue,
+        f"{queue.ready:,}",
+        f"{queue.scheduled:,}",
+        f"{queue.running:,}",
+        f"{queue.dead:,}",
+        stats.format_age(queue.oldest_ready_age),
+        f"{queue.done_last_hour:,}",
+        *state,
+    )
+
+
 def schedule_row(state: ScheduleState, now: datetime) -> tuple[str, ...]:
     schedule = state.schedule
     when = f"every {schedule.every} s" if schedule.every is not None else f"cron {schedule.cron}"
@@ -128,8 +164,8 @@ def moment(at: datetime | None, now: datetime) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Show the queue's state and its periodic jobs, retry dead letters, prune finished jobs, "
-        "rescue expired claims."
+        "Show the queue's state and its periodic jobs, pause and resume queues, retry dead letters, "
+        "prune finished jobs, rescue expired claims."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -165,6 +201,10 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="Instead of KEEP_COMPLETED: prune jobs finished more than this long ago (0 or more).",
         )
+        for name, text in (("pause", PAUSE_HELP), ("resume", RESUME_HELP)):
+            add(name, text, VERBOSITY_HELP_SAME).add_argument(
+                "queue", type=checked(check_queue), metavar="QUEUE", help="The queue's name."
+            )
         add("tick", TICK_HELP, VERBOSITY_HELP_SAME)
 
     def subcommand(
@@ -210,27 +250,21 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
             self.stdout.write(f"Pruned {pruned:,} finished job(s).")
+        elif subcommand in ("pause", "resume"):
+            self.pause(client, options["queue"], paused=subcommand == "pause")
         elif subcommand == "tick":
             handled = client.tick_timeouts()
             self.stdout.write(f"Handled {handled:,} expired claim(s).")
 
     def status(self, client: QueueClient, *, as_json: bool) -> None:
         overview = stats.overview(client.using, minutes=False)
+        if overview.limits_problem is not None:  # only past --skip-checks: the check is E014
+            self.stderr.write(f"The limits are not shown: {overview.limits_problem}.")
         if as_json:
             self.stdout.write(json.dumps(overview.as_json(), indent=2))
             return
-        rows = [
-            (
-                queue.queue,
-                f"{queue.ready:,}",
-                f"{queue.scheduled:,}",
-                f"{queue.running:,}",
-                f"{queue.dead:,}",
-                stats.format_age(queue.oldest_ready_age),
-                f"{queue.done_last_hour:,}",
-            )
-            for queue in [*overview.queues, overview.total]
-        ]
+        rows = [status_row(queue) for queue in overview.queues]
+        rows.append(status_row(overview.total, is_total=True))
         for line in table(STATUS_COLUMNS, rows, numeric={1, 2, 3, 4, 5, 6}):
             self.stdout.write(line)
         self.stdout.write("")
@@ -251,6 +285,16 @@ class Command(BaseCommand):
         ]
         for line in table(WORKER_COLUMNS, workers, numeric={2, 4}):
             self.stdout.write(f"  {line}")
+
+    def pause(self, client: QueueClient, queue: str, *, paused: bool) -> None:
+        if paused:
+            changed = client.pause_queue(queue)
+            done = "Paused queue {}: no worker claims from it until it is resumed."
+            self.stdout.write((done if changed else "Queue {} was already paused.").format(repr(queue)))
+        else:
+            changed = client.resume_queue(queue)
+            done = "Resumed queue {}: workers claim from it again."
+            self.stdout.write((done if changed else "Queue {} was not paused.").format(repr(queue)))
 
     def schedules(self, using: str, *, as_json: bool) -> None:
         # The @job(cron=/every=) shorthands were registered when the app became ready.

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import jobqueue_settings
 from ...loader import load_job_modules
+from ...queue.flow import configured_limits
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...schedules import ScheduleError, declared_schedules
 from ...worker.console import console_logging
@@ -208,6 +209,11 @@ class Command(BaseCommand):
                 declared_schedules()  # the system checks say the same, unless skipped
             except ScheduleError as exc:
                 raise CommandError(f"refusing to start: {exc}") from None
+        try:
+            # A limit misread would let jobs past it; the system checks say the same (E014), unless skipped.
+            configured_limits()
+        except ValueError as exc:
+            raise CommandError(f"refusing to start: {exc} (see docs/flow-control.md)") from None
         supervisor = run_worker(config)
         if supervisor.refused is not None:
             raise CommandError(f"refusing to start: {supervisor.refused}")

@@ -36,6 +36,8 @@ class Engine:
     # Several statements sent at once and read back together (psycopg's pipeline): the
     # limited claim's BEGIN, lock, acks, claim and COMMIT in one round trip.
     supports_pipeline: bool = False
+    # jsonb_object_agg and ->>: a statement counts many groups once and looks them up by key.
+    supports_json_object_agg: bool = False
 
     # -- SQL fragments -----------------------------------------------------------
 
@@ -52,8 +54,9 @@ class Engine:
     clock: str = ""
     # The smaller of two SQL numbers.
     least: str = ""
-    # Taken before a limited claim, so that its snapshot sees every earlier limited
-    # claim (queue/ops/limited.py); empty where the database has one writer at a time.
+    # The statement a limited claim runs first, in its transaction: after it, no
+    # other limited claim runs until this one commits, and the claim's reads see
+    # every one committed before (queue/ops/limited.py).
     flow_lock: str = ""
     # ``str.format`` templates for ``now_plus``, ``json_push`` and ``json_pop``.
     now_plus_template: str = ""

@@ -16,6 +16,7 @@ class PostgreSQLEngine(Engine):
     supports_array_params = True
     supports_data_modifying_cte = True
     supports_pipeline = True
+    supports_json_object_agg = True
 
     now = "now()"
     clock = "clock_timestamp()"

@@ -13,6 +13,10 @@ class SQLiteEngine(Engine):
 
     now = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '000')"
     clock = now
+    # A write that changes nothing, so that a limited round holds the database's
+    # write lock from its first statement, also in a DEFERRED transaction: its
+    # counts are then read by the only writer (SQLite has no row locks to wait on).
+    flow_lock = "UPDATE django_jobqueue_queuestate SET paused = paused WHERE id = -1"
     least = "MIN"
     clock_minus_template = (
         "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', {seconds})) || '000')"

@@ -2,9 +2,9 @@
 
 One module per stage: ``enqueue`` and ``copy`` (new jobs), ``claims`` (claim,
 ack, retry, bury, extend, release), ``upkeep`` (expired claims, pruning),
-``dead_letters``, ``operator`` (the admin's batches) and ``workers`` (worker
-rows); what they share is in ``tables``, and what differs per database in
-``queue/engines``.
+``dead_letters``, ``operator`` (the admin's batches), ``pauses`` (queue
+pauses) and ``workers`` (worker rows); what they share is in ``tables``, and
+what differs per database in ``queue/engines``.
 
 Each transition names the state it expects (and, for a claimed job, the claim
 it expects) in its ``WHERE`` clause, and reports whether it changed a row: a
@@ -40,6 +40,7 @@ from .dead_letters import (
 )
 from .enqueue import insert_jobs
 from .operator import JobChange, cancel_jobs, run_jobs_now
+from .pauses import pause_queue, paused_queues, resume_queue
 from .tables import CANCEL_CHANNEL, NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
 from .upkeep import prune, tick_timeouts
 from .workers import beat_worker, live_worker, prune_workers, register_worker, unregister_worker
@@ -70,10 +71,13 @@ __all__ = [
     "extend_claims",
     "insert_jobs",
     "live_worker",
+    "pause_queue",
+    "paused_queues",
     "prune",
     "prune_workers",
     "register_worker",
     "release",
+    "resume_queue",
     "retry_dead_letter",
     "retry_dead_letter_batch",
     "retry_later",

@@ -7,9 +7,10 @@ claim is no longer current.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connections, transaction
@@ -84,7 +85,22 @@ def claim_round(
     round_ = Round(worker_id, queue_limits, limit, visibility_timeout, limits, flow)
     if limited_queues(queue_limits, limits) or flow.keyed_waiting:
         return _limited_round(using, engine, round_, completions, keep)
-    return _plain_round(using, engine, round_, completions, keep)
+    acked, claimed = _plain_round(using, engine, round_, completions, keep)
+    if flow.keyed_waiting and len(claimed) < limit:
+        # Keyed jobs were found waiting: the slots left go to them now, not a round later.
+        rest = replace(round_, limit=limit - len(claimed), queue_limits=_less(queue_limits, claimed))
+        claimed = sorted([*claimed, *_limited_round(using, engine, rest, [], keep)[1]], key=claim_order)
+    return acked, claimed
+
+
+def _less(
+    queue_limits: Sequence[tuple[str, int]] | None, claimed: Sequence[Job]
+) -> list[tuple[str, int]] | None:
+    """``queue_limits`` less what ``claimed`` took of each queue (queues left with nothing kept at 1)."""
+    if queue_limits is None:
+        return None
+    taken = Counter(job.queue for job in claimed)
+    return [(queue, max(share - taken[queue], 1)) for queue, share in queue_limits]
 
 
 @dataclass(frozen=True)
@@ -178,8 +194,9 @@ def _limited_round(
         claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] != "flow"])
     else:
         with transaction.atomic(using=using):
-            acked = complete_many(using, round_.worker_id, completions, keep)
             cursor = connections[using].cursor()
+            cursor.execute(engine.flow_lock)
+            acked = complete_many(using, round_.worker_id, completions, keep)
             cursor.execute(
                 with_ + ", ".join(ctes) + f" SELECT 'job', id, NULL, NULL FROM picked "
                 f"UNION ALL SELECT 'flow', {pick.keyed_seen}, {pick.held}, {pick.walked}",
@@ -193,19 +210,21 @@ def _limited_round(
                 _write_ledger(cursor, engine, rated, claimed)
         marker = [None] * len(JOB_COLUMNS)
         marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX] = flow_row[1:]
-    _learn(flow, served, marker, round_.limit)
+    _learn(flow, marker, round_.limit, len(claimed))
     return acked, sorted(claimed, key=claim_order)
 
 
-def _learn(flow: FlowState, served: Sequence[str], marker: Sequence[Any], limit: int) -> None:
+def _learn(flow: FlowState, marker: Sequence[Any], limit: int, claimed: int) -> None:
     """Keep what a limited round's marker row says for the next round."""
     keyed_seen, held, walked = marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX]
     flow.held = int(held or 0)
     if flow.walk_next:
         flow.walk_next = False
         flow.walk_after = walked or ""
-    elif int(keyed_seen) >= window_size(limit) and flow.held:
-        flow.walk_next = True  # the window is full and keys at their limit hold part of it
+    elif int(keyed_seen) >= window_size(limit) and claimed < limit and flow.held:
+        # The window was full, the round could not fill its slots from it, and
+        # limits held part of it: the jobs behind may be other keys' with room.
+        flow.walk_next = True
     flow.keyed_waiting = bool(keyed_seen) or flow.walk_next
 
 
@@ -448,7 +467,8 @@ def extend(using: str, fence: Fence, seconds: float) -> bool:
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
     cursor.execute(
-        f"UPDATE {JOB} SET locked_until = {engine.now_plus('%s')} WHERE {where}",
+        f"UPDATE {JOB} SET locked_until = {engine.now_plus('%s')} "
+        f"WHERE {where} AND {_not_expired_if_keyed(engine)}",
         [seconds, *params],
     )
     return cursor.rowcount == 1
@@ -468,6 +488,12 @@ def release(using: str, fence: Fence) -> bool:
     return cursor.rowcount == 1
 
 
+# A keyed job's expired claim is not renewed: its slot counted as free once it
+# expired and may have gone to another job of the key (queue/ops/limited.py).
+def _not_expired_if_keyed(engine: Engine) -> str:
+    return f"(concurrency_key IS NULL OR locked_until > {engine.now})"
+
+
 def extend_claims(
     using: str, worker_id: str, claims: Sequence[tuple[int, int]], visibility_timeout: float | None
 ) -> list[int]:
@@ -485,7 +511,7 @@ def extend_claims(
         pairs = ", ".join(["(%s, %s)"] * len(chunk))
         cursor.execute(
             f"UPDATE {JOB} SET locked_until = CASE WHEN locked_until > {deadline} THEN locked_until "
-            f"ELSE {deadline} END WHERE {HELD_BY} "
+            f"ELSE {deadline} END WHERE {HELD_BY} AND {_not_expired_if_keyed(engine)} "
             f"AND (id, claim_token) IN (VALUES {pairs}) RETURNING id",
             [visibility_timeout, visibility_timeout, worker_id, *(value for pair in chunk for value in pair)],
         )

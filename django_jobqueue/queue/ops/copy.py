@@ -48,6 +48,8 @@ _COPY_COLUMNS = (
     ("max_attempts", "int4"),
     ("visibility_timeout", "float8"),
     ("timeout", "float8"),  # None is written as NULL
+    ("concurrency_key", "varchar"),  # NULL: no key
+    ("concurrency_limit", "int4"),
     ("run_at", "timestamptz"),
     ("claim_token", "int8"),
     ("last_error", "text"),
@@ -131,6 +133,8 @@ def _copied_rows(
                 new.max_attempts,
                 new.visibility_timeout,
                 new.timeout,
+                new.concurrency_key,
+                new.concurrency_limit,
                 run_at,
                 0,
                 "",

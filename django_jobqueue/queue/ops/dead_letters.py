@@ -40,9 +40,10 @@ def move_to_dead_letters(
         # Being a write, this statement takes SQLite's write lock before it reads.
         cursor.execute(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
-            "visibility_timeout, timeout, enqueued_at, worker_id, error, traceback, failed_at, "
-            "started_at, last_attempted_at, task_backend, worker_ids) "
+            "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
+            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
+            "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
             "started_at, last_attempted_at, task_backend, worker_ids "
             f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
@@ -59,12 +60,14 @@ def move_to_dead_letters(
 def _revive_sql(engine: Engine) -> str:
     """``INSERT ... SELECT`` of dead letters as ready jobs, attempts reset; the caller adds WHERE.
 
-    The first enqueue time, the time limit and the last error are kept; the
-    unique key is not (a live job may hold it by now).
+    The first enqueue time, the time limit, the concurrency key and limit and
+    the last error are kept; the unique key is not (a live job may hold it by
+    now). The key is no such hazard: it only limits how many run at once.
     """
     return (
         f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
+        "concurrency_key, concurrency_limit, "
         f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD}"
     )
 

@@ -79,7 +79,8 @@ def _insert_values(
             run_at_sql, params_run_at = engine.now, []
         run_ats.append(run_at_sql)
         params += [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
-        params += [new.visibility_timeout, new.timeout, *params_run_at, new.unique_key, new.task_backend]
+        params += [new.visibility_timeout, new.timeout, new.concurrency_key, new.concurrency_limit]
+        params += [*params_run_at, new.unique_key, new.task_backend]
     keyed = any(new.unique_key is not None for new in chunk)
     cursor.execute(_insert_values_sql(engine, tuple(run_ats), keyed), params)
     return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed)
@@ -89,7 +90,7 @@ def _insert_values(
 def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool) -> str:
     """``_insert_values``'s statement for rows whose ``run_at`` are these SQL expressions."""
     rows_sql = ", ".join(
-        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s)"
+        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, %s, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s)"
         for run_at_sql in run_ats
     )
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
@@ -120,15 +121,16 @@ def _insert_arrays(
     cursor.execute(
         f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
         "SELECT u.name, u.queue, u.payload, u.priority, 'ready', 0, u.max_attempts, u.visibility_timeout, "
-        "u.timeout, COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', "
+        "u.timeout, u.concurrency_key, u.concurrency_limit, "
+        "COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', "
         "now(), u.task_backend "
         # run_at travels as text: a naive datetime (USE_TZ off) then means the
         # session's time zone, as a naive parameter always has.
         "FROM unnest(%s::text[], %s::text[], %s::text[]::jsonb[], %s::smallint[], %s::integer[], "
-        "%s::double precision[], %s::double precision[], %s::text[]::timestamptz[], %s::double precision[], "
-        "%s::text[], %s::text[]) "
+        "%s::double precision[], %s::double precision[], %s::text[], %s::integer[], "
+        "%s::text[]::timestamptz[], %s::double precision[], %s::text[], %s::text[]) "
         "WITH ORDINALITY AS u(name, queue, payload, priority, max_attempts, visibility_timeout, timeout, "
-        "run_at, delay, unique_key, task_backend, position) "
+        "concurrency_key, concurrency_limit, run_at, delay, unique_key, task_backend, position) "
         # Ids are drawn in this order: sorting the returned rows by id restores the chunk's.
         f"ORDER BY u.position {on_conflict} RETURNING {_INSERTED_RETURNING}{NOTIFY_RETURNING}",
         [
@@ -139,6 +141,8 @@ def _insert_arrays(
             [new.max_attempts for new in chunk],
             [new.visibility_timeout for new in chunk],
             [new.timeout for new in chunk],
+            [new.concurrency_key for new in chunk],
+            [new.concurrency_limit for new in chunk],
             [None if new.run_at is None else new.run_at.isoformat() for new in chunk],
             [new.delay for new in chunk],
             [new.unique_key for new in chunk],
@@ -238,6 +242,8 @@ def inserted_values(new: NewJob, job_id: int, run_at: datetime) -> dict[str, Any
         "max_attempts": new.max_attempts,
         "visibility_timeout": new.visibility_timeout,
         "timeout": new.timeout,
+        "concurrency_key": new.concurrency_key,
+        "concurrency_limit": new.concurrency_limit,
         "run_at": run_at,
         "task_backend": new.task_backend,
     }

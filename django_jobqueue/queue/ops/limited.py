@@ -111,24 +111,65 @@ def limited_pick(
         "candidates AS (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed), "
         "key_ranked AS (SELECT candidates.*, ROW_NUMBER() OVER "
         f"(PARTITION BY concurrency_key ORDER BY {_ORDER}) AS key_rank FROM candidates), "
-        "running_keys AS (SELECT concurrency_key, COUNT(*) AS running "
-        f"FROM {JOB} WHERE status = 'running' AND concurrency_key IN "
-        "(SELECT concurrency_key FROM keyed) "
-        f"AND locked_until > {engine.now} GROUP BY concurrency_key), "
-        "key_ok AS (SELECT key_ranked.* FROM key_ranked LEFT JOIN running_keys "
-        "ON running_keys.concurrency_key = key_ranked.concurrency_key "
-        "WHERE key_ranked.concurrency_key IS NULL "
-        "OR key_rank + COALESCE(running, 0) <= COALESCE(concurrency_limit, 1)), "
+        f"{_running_keys(engine)}, "
         "queue_ranked AS (SELECT key_ok.*, ROW_NUMBER() OVER "
-        f"(PARTITION BY queue ORDER BY {_ORDER}) AS queue_rank FROM key_ok)"
+        f"(PARTITION BY queue ORDER BY {_ORDER}) AS queue_rank, "
     )
-    room_sql, room_params = _room(engine, queue_limits, limit, limits)
+    limits_room, limits_params = _limits_room(engine, limits)
+    pick.ctes[-1] += (
+        f"{limits_room} AS limits_room, {_share_room(queue_limits, limit)} AS share_room FROM key_ok)"
+    )
+    pick.params += limits_params
     pick.ctes.append(
-        f"admitted AS (SELECT id, priority, run_at FROM queue_ranked WHERE queue_rank <= {room_sql})"
+        "admitted AS (SELECT id, priority, run_at FROM queue_ranked "
+        "WHERE queue_rank <= limits_room AND queue_rank <= share_room)"
     )
-    pick.params += room_params
-    pick.held = "(SELECT COUNT(*) FROM candidates) - (SELECT COUNT(*) FROM admitted)"
+    # Held: due jobs a limit keeps back (their key's, their queue's cap or rate),
+    # not those beyond what the round asked for.
+    pick.held = (
+        "((SELECT COUNT(*) FROM key_ranked) - (SELECT COUNT(*) FROM key_ok) "
+        "+ (SELECT COUNT(*) FROM queue_ranked WHERE queue_rank > limits_room))"
+    )
     return pick
+
+
+def _running_keys(engine: Engine) -> str:
+    """The CTEs ``running_keys`` and ``key_ok``: the window's jobs whose key has room.
+
+    Where the planner's estimates may pick the wrong plan (PostgreSQL: a
+    running job is rare in the statistics, so a join of the running jobs with
+    the window may compare every pair), the running keys are counted once, in
+    one pass over the running jobs, into an object looked up by key. Elsewhere
+    (SQLite) each key of the window is one probe of jobqueue_key_running_idx.
+    """
+    room = (
+        "key_ranked.concurrency_key IS NULL "
+        "OR key_rank + COALESCE({running}, 0) <= COALESCE(concurrency_limit, 1)"
+    )
+    if engine.supports_json_object_agg:
+        counts = (
+            f"SELECT concurrency_key, COUNT(*) AS running FROM {JOB} WHERE status = 'running' "
+            f"AND concurrency_key IS NOT NULL AND locked_until > {engine.now} GROUP BY concurrency_key"
+        )
+        return (
+            "running_keys AS (SELECT COALESCE(jsonb_object_agg(concurrency_key, running), "
+            "CAST('{}' AS jsonb)) AS counts "
+            f"FROM ({counts}) AS running_counts), "
+            "key_ok AS (SELECT key_ranked.* FROM key_ranked CROSS JOIN running_keys WHERE "
+            + room.format(running="CAST(counts ->> key_ranked.concurrency_key AS integer)")
+            + ")"
+        )
+    return (
+        "running_keys AS (SELECT window_keys.concurrency_key, "
+        f"(SELECT COUNT(*) FROM {JOB} WHERE status = 'running' "
+        "AND concurrency_key = window_keys.concurrency_key "
+        f"AND locked_until > {engine.now}) AS running "
+        "FROM (SELECT DISTINCT concurrency_key FROM keyed) AS window_keys), "
+        "key_ok AS (SELECT key_ranked.* FROM key_ranked LEFT JOIN running_keys "
+        "ON running_keys.concurrency_key = key_ranked.concurrency_key WHERE "
+        + room.format(running="running")
+        + ")"
+    )
 
 
 def _queue_scope(queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:
@@ -199,31 +240,33 @@ def _unkeyed_candidates(
         )
         pick.params += [queue, queue, min(shares.get(queue, limit), limit)]
     if not branches:
-        # No limited queue: an empty set of the candidates' shape.
-        branches.append(f"SELECT {_CANDIDATE} FROM {JOB} WHERE 1 = 0")
+        # No limited queue: an empty set of the candidates' shape, reading no table.
+        branches.append("SELECT * FROM keyed WHERE 1 = 0")
     pick.ctes.append("unkeyed AS (" + " UNION ALL ".join(branches) + ")")
 
 
-def _room(
-    engine: Engine,
-    queue_limits: Sequence[tuple[str, int]] | None,
-    limit: int,
-    limits: Mapping[str, QueueLimits],
-) -> tuple[str, list[Any]]:
-    """SQL of how many jobs the round may start of the candidate row's queue."""
-    shares = dict(queue_limits) if queue_limits is not None else {}
+def _share_room(queue_limits: Sequence[tuple[str, int]] | None, limit: int) -> str:
+    """SQL of how many jobs of the candidate row's queue the round asked for (whole numbers only)."""
+    if queue_limits is None:
+        return str(limit)
+    quoted = ((queue.replace("'", "''"), share) for queue, share in queue_limits)
+    whens = " ".join(f"WHEN '{queue}' THEN {min(share, limit)}" for queue, share in quoted)
+    return f"(CASE queue {whens} ELSE 0 END)"
+
+
+def _limits_room(engine: Engine, limits: Mapping[str, QueueLimits]) -> tuple[str, list[Any]]:
+    """SQL of how many jobs of the candidate row's queue its cap and rate let start now."""
     whens: list[str] = []
     params: list[Any] = []
-    for queue in dict.fromkeys([*shares, *limits]):
-        terms, term_params = [str(min(shares.get(queue, limit), limit))], []
-        queue_limit = limits.get(queue)
-        if queue_limit is not None and queue_limit.concurrency is not None:
+    for queue, queue_limit in limits.items():
+        terms, term_params = [], []
+        if queue_limit.concurrency is not None:
             terms.append(
                 f"{queue_limit.concurrency} - (SELECT COUNT(*) FROM {JOB} WHERE status = 'running' "
                 f"AND queue = %s AND locked_until > {engine.now})"
             )
             term_params.append(queue)
-        if queue_limit is not None and queue_limit.rate is not None:
+        if queue_limit.rate is not None:
             cutoff = engine.clock_minus(str(queue_limit.rate.window))
             terms.append(
                 f"{queue_limit.rate.count} - (SELECT COUNT(*) FROM {STARTS} "
@@ -234,8 +277,12 @@ def _room(
         whens.append(f"WHEN %s THEN {room}")
         params += [queue, *term_params]
     if not whens:
-        return str(limit), []
-    return f"(CASE queue {' '.join(whens)} ELSE {limit} END)", params
+        return str(MAX_ROOM), []
+    return f"(CASE queue {' '.join(whens)} ELSE {MAX_ROOM} END)", params
+
+
+# Room where no limit applies: more than any round claims.
+MAX_ROOM = 1_000_000
 
 
 def rated_queues(queues: Sequence[str], limits: Mapping[str, QueueLimits]) -> list[tuple[str, int]]:

@@ -24,7 +24,8 @@ CLAIM_ORDER = "priority DESC, run_at, id"
 # The columns an insert of a new job writes, in the order its values come.
 INSERT_COLUMNS = (
     "name, queue, payload, priority, status, attempts, max_attempts, visibility_timeout, timeout, "
-    "run_at, claim_token, unique_key, last_error, last_traceback, created_at, task_backend"
+    "concurrency_key, concurrency_limit, run_at, claim_token, unique_key, last_error, last_traceback, "
+    "created_at, task_backend"
 )
 # An insert whose unique_key a live job holds writes nothing; the unique index decides.
 ON_LIVE_KEY_CONFLICT = (
@@ -59,6 +60,10 @@ class NewJob(NamedTuple):
     task_backend: str = ""  # the TASKS alias of a Django Tasks job; "" for a @job job
     # The payload as decoding payload_json gives it, where that is known without decoding.
     payload: dict[str, Any] | None = None
+    # Flow control: both None for a job without a key. Last, with defaults, so
+    # that the plain jobs of a big batch are still built positionally without them.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None  # set whenever concurrency_key is
 
 
 @dataclass(frozen=True)

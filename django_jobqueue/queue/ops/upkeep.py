@@ -9,7 +9,9 @@ from __future__ import annotations
 from django.db import connections
 
 from ..engines import Engine, engine_for
+from ..flow import RATE_UNITS
 from .dead_letters import move_to_dead_letters
+from .limited import STARTS
 from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine
 
 
@@ -108,4 +110,12 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
         )
         deleted += cursor.rowcount
         if cursor.rowcount < batch:
+            _prune_ledger(using)
             return deleted
+
+
+def _prune_ledger(using: str) -> None:
+    """Delete rate limit starts older than the longest window (a claim prunes only its own queues')."""
+    cursor, engine = cursor_and_engine(using)
+    longest = max(RATE_UNITS.values())
+    cursor.execute(f"DELETE FROM {STARTS} WHERE started_at < {engine.now_minus('%s')}", [longest])
