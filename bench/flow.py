@@ -5,7 +5,7 @@ The *limited* drain is ``flow_jobs`` ready no-op jobs spread over
 seeded random order, so that a claim's next jobs in claim order often share
 a key that already runs; the *plain* drain is as many jobs without keys. Both
 are filled through ``enqueue_many`` and drained by one real ``runworker
---max-jobs`` at each of ``flow_concurrencies``, the two taking turns run by run.
+--burst`` at each of ``flow_concurrencies``, the two taking turns run by run.
 
 Every drain is bounded (``flow_timeout`` in all, ``flow_stall`` without a job
 logged): a claim that leaves keyed jobs untaken stops the drain, and the
@@ -22,7 +22,7 @@ from django.db import connection
 
 from django_jobqueue import enqueue_many
 
-from . import ours, raw
+from . import ours
 from .worker import Drain, DrainTimeout, drain, worker_env
 
 Samples = dict[str, list[float]]
@@ -43,45 +43,25 @@ def key_order(count: int, keys: int, seed: int = SEED) -> list[int]:
     return order
 
 
-def fill(count: int, keys: int | None, info: str) -> None:
+def fill(count: int, keys: int | None) -> None:
     """Make ``count`` ready no-op jobs (the queue emptied first), over ``keys`` keys of limit 1, or none."""
     ours.reset()
     if keys is None:
         for start in range(0, count, CHUNK):
             enqueue_many([("bench.noop", {"i": i}) for i in range(start, min(count, start + CHUNK))])
     else:
-        fill_keyed(count, key_order(count, keys), info)
+        fill_keyed(count, key_order(count, keys))
     ours.analyze()
 
 
-def fill_keyed(count: int, order: list[int], info: str) -> None:
-    """``count`` jobs, job ``i`` with the key ``tenant:order[i]`` of limit 1, through ``enqueue_many``.
-
-    A tree whose enqueue does not take the options yet (the claim came
-    first) gets the same rows by a COPY of ready-made rows instead, with a
-    word on stderr: fresh rows as a batch enqueue writes them, so that the
-    drain meets the table it would.
-    """
+def fill_keyed(count: int, order: list[int]) -> None:
+    """``count`` jobs through ``enqueue_many``, job ``i`` with the key ``tenant:order[i]`` of limit 1."""
     for start in range(0, count, CHUNK):
-        try:
-            enqueue_many([keyed_item(i, order[i]) for i in range(start, min(count, start + CHUNK))])
-        except TypeError as refused:
-            if start or "concurrency_key" not in str(refused):
-                raise
-            say(f"  enqueue_many refuses the keys ({refused}): the keyed jobs are copied in instead")
-            copy_keyed(count, order, info)
-            return
+        enqueue_many([keyed_item(i, order[i]) for i in range(start, min(count, start + CHUNK))])
 
 
 def keyed_item(i: int, key: int) -> tuple[str, dict[str, int], dict[str, Any]]:
     return ("bench.noop", {"i": i}, {"concurrency_key": f"tenant:{key}", "concurrency_limit": 1})
-
-
-def copy_keyed(count: int, order: list[int], info: str) -> None:
-    """The rows ``fill_keyed`` enqueues, in one COPY; the first refused chunk wrote nothing."""
-    columns, rows = ours.ready_rows(count)
-    keyed = [(*row, f"tenant:{order[i]}", 1) for i, row in enumerate(rows)]
-    raw.copy_ready_rows(info, ours.JOB, [*columns, "concurrency_key", "concurrency_limit"], keyed)
 
 
 def claim_rounds() -> int:
@@ -100,7 +80,6 @@ def claim_rounds() -> int:
 def measure(cfg: dict[str, Any], url: str, samples: Samples) -> None:
     """The limited and the plain drain at each concurrency, in turns; a failed limited one is not retried."""
     env = worker_env(url)
-    info = url.replace("postgres://", "postgresql://", 1)  # psycopg's spelling of the scheme
     count, keys = cfg["flow_jobs"], cfg["flow_keys"]
     failed: set[int] = set()
     for run in range(cfg["runs"]):
@@ -111,7 +90,7 @@ def measure(cfg: dict[str, Any], url: str, samples: Samples) -> None:
             for side, side_keys in turns if run % 2 == 0 else turns[::-1]:
                 if side == "limited" and concurrency in failed:
                     continue
-                fill(count, side_keys, info)
+                fill(count, side_keys)
                 if not drain_once(cfg, env, side, concurrency, samples):
                     failed.add(concurrency)
             report_run(samples, concurrency)
@@ -123,18 +102,16 @@ def drain_once(
     """Drain the queue as filled; record its rate and claim rounds, or how far it got. True if whole."""
     count = cfg["flow_jobs"]
     key = f"flow_{side}_c{concurrency}"
-    # Not --burst: a burst ends at its first round that claims nothing while nothing runs, and a
-    # worker's first round is a plain one (it learns there that keyed jobs wait), so over keyed
-    # jobs alone it would end at once. --max-jobs ends both drains at the last job instead.
-    args = [f"--concurrency={concurrency}", f"--max-jobs={count}", "--no-schedules"]
+    args = [f"--concurrency={concurrency}"]
     try:
-        result = drain(args, env, cfg["flow_timeout"], stall=cfg["flow_stall"], burst=False)
+        result = drain(args, env, cfg["flow_timeout"], stall=cfg["flow_stall"])
     except DrainTimeout as stopped:
         say(f"  {side} drain c={concurrency} stopped: {stopped}")
         samples[f"{key}_timeout"].append(float(stopped.partial.done))
         return False
     if result.done != count:
-        say(f"  {side} drain c={concurrency} acked {result.done:,} of {count:,} jobs")
+        # A burst ends at a round that claims nothing while nothing runs and no limit holds a job back.
+        say(f"  {side} drain c={concurrency} exited having acked {result.done:,} of {count:,} jobs")
         samples[f"{key}_short"].append(float(result.done))
         return False
     record(samples, key, result)

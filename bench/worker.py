@@ -81,10 +81,8 @@ def drain(
     timeout: float = 600.0,
     root: Path = ROOT,
     stall: float | None = None,
-    burst: bool = True,
 ) -> Drain:
-    """Run ``runworker --burst`` (plus ``args``; without ``--burst`` if not ``burst``) of the tree
-    ``root`` to its exit; measure it.
+    """Run ``runworker --burst`` (plus ``args``) of the tree ``root`` to its exit; measure it.
 
     Its rate comes from its log, its memory from /proc. Raise ``DrainTimeout``
     (the worker killed) if it runs ``timeout`` seconds, or, given ``stall``,
@@ -94,7 +92,7 @@ def drain(
     with tempfile.TemporaryDirectory(prefix="jq-bench-") as tmp:
         log_path = Path(tmp) / "worker.log"
         started = time.perf_counter()
-        proc = spawn(["--burst", *args] if burst else args, env, log_path, root)
+        proc = spawn(["--burst", *args], env, log_path, root)
         peak, stopped = _watch(proc, log_path, timeout, stall)
         wall = time.perf_counter() - started
         log = log_path.read_text(errors="replace")
