@@ -5,7 +5,8 @@ migrated); SQLite uses a fresh file under ``var/``. Each database is measured in
 a process of its own (``bench/part.py``), ours and the baseline interleaved run
 by run, and the medians are printed as a Markdown table with ratios, targets
 and each figure's spread across runs. On PostgreSQL, ``runworker --pool
-processes`` is also measured against the thread pool (``bench/processes.py``);
+processes`` is also measured against the thread pool (``bench/processes.py``),
+and drains under per-key concurrency limits against plain ones (``bench/flow.py``);
 ``--against REF`` adds the thread pool's drains of this tree against those of
 the commit REF (``bench/against.py``). See docs/performance.md.
 """
@@ -44,6 +45,14 @@ FULL = {
     "pool_noop_jobs": 5_000,
     "pool_memory_concurrency": 8,
     "pool_memory_jobs": 2_000,
+    # --against REF (bench/against.py): where issue 16 judges a plain queue's drain, ±5%.
+    "against_concurrencies": [1, 8, 32],
+    # Flow control (bench/flow.py): the limited drain against the plain one.
+    "flow_jobs": 100_000,
+    "flow_keys": 1_000,
+    "flow_concurrencies": [8, 32, 100],
+    "flow_timeout": 600.0,  # seconds a drain may take in all
+    "flow_stall": 30.0,  # seconds a drain may log no job: a claim that takes nothing more
 }
 QUICK = {
     **FULL,
@@ -57,6 +66,8 @@ QUICK = {
     "pool_cpu_jobs": 300,
     "pool_noop_jobs": 2_000,
     "pool_memory_jobs": 500,
+    "flow_jobs": 20_000,
+    "flow_timeout": 180.0,
 }
 
 
@@ -95,8 +106,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
     parser.add_argument(
         "--only",
-        choices=["postgresql", "sqlite", "pool", "against"],
+        choices=["postgresql", "sqlite", "pool", "flow", "against"],
         help="measure one database only; or on PostgreSQL only --pool processes against threads (pool), "
+        "only drains under concurrency limits against plain ones (flow), "
         "or only the drains against --against's commit (against)",
     )
     parser.add_argument(
@@ -109,7 +121,9 @@ def main() -> None:
     cfg: dict[str, Any] = dict(QUICK if args.quick else FULL)
     if args.runs:
         cfg["runs"] = args.runs
-    cfg["parts"] = {"pool": ["pool"], "against": []}.get(args.only or "", ["queue", "pool"])
+    cfg["parts"] = {"pool": ["pool"], "flow": ["flow"], "against": []}.get(
+        args.only or "", ["queue", "pool", "flow"]
+    )
     if args.against:
         commit = against.resolve(args.against)
         cfg["against"] = {"ref": args.against, "commit": commit, "tree": str(against.export(commit))}
@@ -127,6 +141,9 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {}
     if args.only != "sqlite":
         create_database(url)
+        if "against" in cfg["parts"]:
+            tree = Path(cfg["against"]["tree"])
+            cfg["against"]["databases"] = against.databases(url, cfg["against"]["commit"], tree)
         results["postgresql"] = run_part("postgresql", url, cfg)
     if args.only in (None, "sqlite"):
         sqlite_file = ROOT / "var" / "bench.sqlite3"
@@ -150,9 +167,17 @@ def main() -> None:
         if "pool" in cfg["parts"]:
             print(report.render("PostgreSQL: --pool processes", report.pool_rows(samples, cfg), samples))
             print()
+        if "flow" in cfg["parts"]:
+            title = f"PostgreSQL: flow control, {cfg['flow_jobs']:,} jobs over {cfg['flow_keys']:,} keys"
+            rows = report.flow_rows(samples, cfg)
+            print(report.render(title, rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}\n{report.flow_notes(samples, cfg)}")
+            print()
         if "against" in cfg["parts"]:
             title = f"PostgreSQL: this tree against {args.against} ({cfg['against']['commit'][:7]})"
-            print(report.render(title, report.against_rows(samples, cfg), samples))
+            rows = report.against_rows(samples, cfg)
+            print(report.render(title, rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}")
             print()
     if "sqlite" in results:
         samples = results["sqlite"]

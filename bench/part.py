@@ -25,8 +25,8 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from . import against, flow, ours, processes, raw, raw_sqlite  # noqa: E402
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
-from . import ours, processes, raw, raw_sqlite  # noqa: E402
 from .worker import drain, worker_env  # noqa: E402
 
 Samples = dict[str, list[float]]
@@ -89,8 +89,10 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         measure_queue(cfg, url, samples)
     if "pool" in cfg["parts"]:
         measure_pool(cfg, url, samples)
+    if "flow" in cfg["parts"]:
+        flow.measure(cfg, url, samples)
     if "against" in cfg["parts"]:
-        measure_against(cfg, url, samples)
+        measure_against(cfg, samples)
     ours.reset()
     return samples
 
@@ -195,19 +197,22 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
             )
 
 
-def measure_against(cfg: dict[str, Any], url: str, samples: Samples) -> None:
-    """The thread pool's no-op drains of this tree and of another commit's, taking turns run by run."""
-    env = worker_env(url)
-    other = Path(cfg["against"]["tree"])
+def measure_against(cfg: dict[str, Any], samples: Samples) -> None:
+    """The thread pool's no-op drains of this tree and of another commit's, taking turns run by run.
+
+    Each tree fills and drains a database of its own (``bench/against.py``).
+    """
+    urls = cfg["against"]["databases"]
+    roots = {"here": ROOT, "there": Path(cfg["against"]["tree"])}
     n_drain = cfg["drain_jobs"]
     for run in range(cfg["runs"]):
         say(f"against {cfg['against']['ref']}: run {run + 1}/{cfg['runs']}")
-        for concurrency in cfg["concurrencies"]:
-            # Who goes first alternates, so that neither always meets a freshly vacuumed table.
-            turns = [("here", ROOT), ("there", other)]
-            for side, root in turns if run % 2 == 0 else turns[::-1]:
-                ours.fill(n_drain)
-                result = drain([f"--concurrency={concurrency}"], env, root=root)
+        for concurrency in cfg["against_concurrencies"]:
+            # Who goes first alternates, so that neither always meets a machine just left idle.
+            turns = ["here", "there"] if run % 2 == 0 else ["there", "here"]
+            for side in turns:
+                against.fill(roots[side], urls[side], n_drain)
+                result = drain([f"--concurrency={concurrency}"], worker_env(urls[side]), root=roots[side])
                 check_drained(result.done, n_drain, concurrency)
                 samples[f"{side}_drain_c{concurrency}"].append(result.rate)
             here = samples[f"here_drain_c{concurrency}"][-1]

@@ -46,6 +46,8 @@ def figure(value: float | None, unit: str) -> str:
         return f"{value:.2f} ms"
     if unit == "MB":
         return f"{value:.0f} MB"
+    if unit == "count":
+        return f"{value:,.0f}"
     return f"{value:,.0f}/s"
 
 
@@ -79,6 +81,23 @@ def render(title: str, rows: list[Row], samples: Samples) -> str:
         )
         if index == 0:
             lines.append("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    return "\n".join(lines)
+
+
+def paired(samples: Samples, rows: list[Row]) -> str:
+    """Each row's ratio run by run, and their median: the two sides of a run met the same load.
+
+    The table's ratio is of the medians; when other work comes and goes
+    between runs, the median of the runs' own ratios is the steadier figure.
+    """
+    lines = []
+    for row in rows:
+        ours, base = samples.get(row.ours) or [], samples.get(row.base or "") or []
+        if row.unit != "/s" or not ours or len(ours) != len(base):
+            continue
+        ratios = [o / b for o, b in zip(ours, base, strict=True) if b]
+        each = " · ".join(f"{ratio:.2f}×" for ratio in ratios)
+        lines.append(f"- {row.label}: {each}; median {statistics.median(ratios):.2f}×")
     return "\n".join(lines)
 
 
@@ -208,8 +227,53 @@ def against_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
             "≥ 0.95×",
             _ratio(0.95),
         )
-        for concurrency in cfg["concurrencies"]
+        for concurrency in cfg["against_concurrencies"]
     ]
+
+
+def flow_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
+    """Each limited drain against the plain drain at its concurrency, and the claim rounds each took."""
+    rows = []
+    for concurrency in cfg["flow_concurrencies"]:
+        limited, plain = f"flow_limited_c{concurrency}", f"flow_plain_c{concurrency}"
+        rows += [
+            Row(
+                f"drain, --concurrency {concurrency}: limit 1 per key vs no keys",
+                limited,
+                plain,
+                "/s",
+                "≥ 0.7×",
+                _ratio(0.7),
+            ),
+            # More rounds for as many jobs: the claims that took fewer than the free slots.
+            Row(
+                f"claim rounds, --concurrency {concurrency}: limited vs plain",
+                f"{limited}_rounds",
+                f"{plain}_rounds",
+                "count",
+            ),
+        ]
+    return rows
+
+
+def flow_notes(samples: Samples, cfg: dict[str, Any]) -> str:
+    """A line per drain that did not finish: its rate is not among the figures above."""
+    lines = []
+    for concurrency in cfg["flow_concurrencies"]:
+        for side in ("limited", "plain"):
+            key = f"flow_{side}_c{concurrency}"
+            for done in samples.get(f"{key}_timeout", []):
+                lines.append(
+                    f"- {side} drain, --concurrency {concurrency}: stopped by its time bounds "
+                    f"(flow_timeout {cfg['flow_timeout']:.0f}s, flow_stall {cfg['flow_stall']:.0f}s) "
+                    f"after {done:,.0f} of {cfg['flow_jobs']:,} jobs"
+                )
+            for done in samples.get(f"{key}_short", []):
+                lines.append(
+                    f"- {side} drain, --concurrency {concurrency}: the worker exited having acked "
+                    f"{done:,.0f} of {cfg['flow_jobs']:,} jobs"
+                )
+    return "\n".join(lines) or "Every drain finished."
 
 
 def sqlite_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:

@@ -67,29 +67,71 @@ def _peak_rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
-def drain(args: list[str], env: dict[str, str], timeout: float = 600.0, root: Path = ROOT) -> Drain:
+class DrainTimeout(RuntimeError):
+    """A drain stopped by its time bounds; ``partial`` is what its log shows up to then."""
+
+    def __init__(self, message: str, partial: Drain) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+def drain(
+    args: list[str],
+    env: dict[str, str],
+    timeout: float = 600.0,
+    root: Path = ROOT,
+    stall: float | None = None,
+) -> Drain:
     """Run ``runworker --burst`` (plus ``args``) of the tree ``root`` to its exit; measure it.
 
-    Its rate comes from its log, its memory from /proc.
+    Its rate comes from its log, its memory from /proc. Raise ``DrainTimeout``
+    (the worker killed) if it runs ``timeout`` seconds, or, given ``stall``,
+    logs no job for ``stall`` seconds: a claim that never takes the jobs left
+    must end in a report, not a hang.
     """
     with tempfile.TemporaryDirectory(prefix="jq-bench-") as tmp:
         log_path = Path(tmp) / "worker.log"
         started = time.perf_counter()
         proc = spawn(["--burst", *args], env, log_path, root)
-        peak = 0.0
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None:
-            # The high-water mark only grows: the last reading before exit is the peak seen.
-            peak = max(peak, _peak_rss_mb(proc.pid) or 0.0)
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"runworker {args} did not finish in {timeout}s")
-            time.sleep(0.02)
+        peak, stopped = _watch(proc, log_path, timeout, stall)
         wall = time.perf_counter() - started
         log = log_path.read_text(errors="replace")
+    measured = _measure(log, wall, peak)
+    if stopped:
+        raise DrainTimeout(f"runworker {args} {stopped}; {measured.jobs} jobs logged", measured)
     if proc.returncode != 0:
         raise RuntimeError(f"runworker {args} exited {proc.returncode}:\n{log[-3000:]}")
+    return measured
+
+
+def _watch(
+    proc: subprocess.Popen[bytes], log_path: Path, timeout: float, stall: float | None
+) -> tuple[float, str]:
+    """Wait for ``proc``; return its peak RSS and, if it was killed, why."""
+    peak = 0.0
+    now = time.monotonic()
+    deadline, size, grew = now + timeout, 0, now
+    while proc.poll() is None:
+        # The high-water mark only grows: the last reading before exit is the peak seen.
+        peak = max(peak, _peak_rss_mb(proc.pid) or 0.0)
+        now = time.monotonic()
+        # The log grows by a line per job: a stat is enough to see progress.
+        if (current := log_path.stat().st_size) != size:
+            size, grew = current, now
+        stopped = ""
+        if now > deadline:
+            stopped = f"did not finish in {timeout:g}s"
+        elif stall is not None and now - grew > stall:
+            stopped = f"logged nothing for {stall:g}s"
+        if stopped:
+            proc.kill()
+            proc.wait()
+            return peak, stopped
+        time.sleep(0.02)
+    return peak, ""
+
+
+def _measure(log: str, wall: float, peak: float) -> Drain:
     stamps, done = [], 0
     for line in log.splitlines():
         match = _JOB_LINE.match(line)
