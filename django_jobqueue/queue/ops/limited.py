@@ -25,8 +25,9 @@ more than a round.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...models import QueueStart, QueueState
@@ -40,12 +41,16 @@ _CANDIDATE = "id, queue, priority, run_at, concurrency_key, concurrency_limit"
 _ORDER = "priority DESC, run_at, id"
 
 
+# How often a plain round asks whether keyed jobs wait while its claims fill
+# every free slot: a keyed job waits at most this long for a busy worker.
+PROBE_EVERY = 0.1
+
+
 @dataclass
 class FlowState:
     """What a claimer remembers between rounds (one per ``QueueClient``)."""
 
-    # Due jobs with a key may wait in the claimer's queues: its rounds take the flow
-    # lock. A plain round asks (one index probe), so a new claimer starts without.
+    # Due jobs with a key may wait in the claimer's queues: its rounds take the flow lock.
     keyed_waiting: bool = False
     # The window was full and held: the next limited round walks the keys.
     walk_next: bool = False
@@ -53,11 +58,23 @@ class FlowState:
     walk_after: str = ""
     # Limited jobs were due but had no room in the last round (a --burst worker waits for them).
     held: int = 0
+    # The last plain round claimed fewer jobs than it asked for.
+    short: bool = True
+    # When a plain round last asked whether keyed jobs wait (time.monotonic()).
+    probed_at: float = field(default=-PROBE_EVERY)
+
+    def probe_due(self) -> bool:
+        """Whether this plain round asks (one index probe): after a short round, or now and then."""
+        return self.short or time.monotonic() - self.probed_at >= PROBE_EVERY
+
+    def probed(self, keyed_waiting: bool) -> None:
+        self.keyed_waiting = keyed_waiting
+        self.probed_at = time.monotonic()
 
 
 def window_size(limit: int) -> int:
     """How many due keyed jobs a round looks at for ``limit`` free slots."""
-    return 4 * limit + 16
+    return 2 * limit + 8
 
 
 def limited_queues(

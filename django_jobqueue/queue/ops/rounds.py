@@ -120,11 +120,16 @@ class Round:
 def _plain_round(
     using: str, engine: Engine, round_: Round, completions: Sequence[tuple[int, int, str | None]], keep: bool
 ) -> tuple[set[tuple[int, int]], list[Job]]:
-    """A round that takes no limited job, and asks whether keyed jobs wait (then the next one may)."""
-    picked, params = _plain_picked(engine, round_.queue_limits, round_.limit, round_.limits)
-    update, update_params = _claim_update(engine, round_, f"SELECT id FROM ({picked}) AS plain")
+    """A round that takes no limited job; now and then it also asks whether keyed jobs wait.
+
+    Its claim is the statement of a queue without flow control, less paused
+    queues: the same plan, on the same index.
+    """
+    flow = round_.flow
+    picked, params = _plain_picked(engine, round_.queue_limits, round_.limit, round_.limits, "id")
+    update, update_params = _claim_update(engine, round_, picked)
     params = update_params + params
-    probe, probe_params = _keyed_probe(engine, round_.queue_limits)
+    probe, probe_params = _keyed_probe(engine, round_.queue_limits) if flow.probe_due() else ("", [])
     # The one-statement round writes its acks as arrays (``complete_arrays_statement``).
     if not (engine.supports_data_modifying_cte and engine.supports_array_params):
         with transaction.atomic(using=using) if completions else nullcontext():
@@ -132,14 +137,17 @@ def _plain_round(
             cursor = connections[using].cursor()
             cursor.execute(update, params)
             claimed = jobs_from_rows(using, cursor.fetchall())
-        cursor.execute(f"SELECT {probe}", probe_params)
-        round_.flow.keyed_waiting = bool(cursor.fetchone()[0])
+        if probe:
+            cursor.execute(f"SELECT {probe}", probe_params)
+            flow.probed(bool(cursor.fetchone()[0]))
+        flow.short = len(claimed) < round_.limit
         return done, sorted(claimed, key=claim_order)
-    sql = (
-        f"WITH claimed AS ({update}) SELECT {JOB_COLUMNS_SQL} FROM claimed "
-        f"UNION ALL SELECT {_flow_marker(keyed_seen='1')} WHERE {probe}"
-    )
-    params += probe_params
+    sql = update
+    if probe or completions:
+        sql = f"WITH claimed AS ({update}) SELECT {JOB_COLUMNS_SQL} FROM claimed"
+    if probe:
+        sql += f" UNION ALL SELECT {_flow_marker(keyed_seen='1')} WHERE {probe}"
+        params += probe_params
     if completions:
         # One statement for both, one result set: the claimed rows, then a row per ack marked by its status.
         ack_sql, ack_params = complete_arrays_statement(round_.worker_id, completions, keep)
@@ -147,8 +155,10 @@ def _plain_round(
         params = ack_params + params
     rows = run_bound(using, sql, params)
     acked = {(row[0], row[_TOKEN_INDEX]) for row in rows if row[_STATUS_INDEX] == "acked"}
-    round_.flow.keyed_waiting = any(row[_STATUS_INDEX] == "flow" for row in rows)
+    if probe:
+        flow.probed(any(row[_STATUS_INDEX] == "flow" for row in rows))
     claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] not in _MARKERS])
+    flow.short = len(claimed) < round_.limit
     return acked, sorted(claimed, key=claim_order)
 
 
@@ -234,7 +244,7 @@ def _claim_ids(using: str, engine: Engine, round_: Round, ids: Sequence[int]) ->
     """Claim the jobs ``ids`` that are still ready (SQLite's second step of a limited round)."""
     if not ids:
         return []
-    update, params = _claim_update(engine, round_, ", ".join(["%s"] * len(ids)), subquery=False)
+    update, params = _claim_update(engine, round_, ", ".join(["%s"] * len(ids)))
     cursor = connections[using].cursor()
     cursor.execute(update, [*params, *ids])
     return jobs_from_rows(using, cursor.fetchall())
@@ -291,8 +301,9 @@ def _plain_picked(
     queue_limits: Sequence[tuple[str, int]] | None,
     limit: int,
     limits: Mapping[str, QueueLimits],
+    columns: str = "id, priority, run_at",
 ) -> tuple[str, list[Any]]:
-    """A SELECT of ``id, priority, run_at`` of the jobs no limit applies to that a round may claim."""
+    """A SELECT of ``columns`` of the jobs no limit applies to that a round may claim."""
     due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
     params: list[Any] = []
     if queue_limits is None:
@@ -300,7 +311,7 @@ def _plain_picked(
         others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
         params += list(limits)
         sql = (
-            f"SELECT id, priority, run_at FROM {JOB} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
+            f"SELECT {columns} FROM {JOB} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
             f"ORDER BY {CLAIM_ORDER} LIMIT %s {engine.skip_locked}"
         )
         return sql, [*params, limit]
@@ -314,17 +325,16 @@ def _plain_picked(
         )
         params += [queue, queue, queue_limit]
     if not branches:
-        return f"SELECT id, priority, run_at FROM {JOB} WHERE 1 = 0", []
-    sql = "SELECT * FROM (" + " UNION ALL ".join(branches) + f") AS picked ORDER BY {CLAIM_ORDER} LIMIT %s"
+        return f"SELECT {columns} FROM {JOB} WHERE 1 = 0", []
+    union = " UNION ALL ".join(branches)
+    sql = f"SELECT {columns} FROM ({union}) AS picked ORDER BY {CLAIM_ORDER} LIMIT %s"
     return sql, [*params, limit]
 
 
-def _claim_update(
-    engine: Engine, round_: Round, ids_sql: str, *, subquery: bool = True
-) -> tuple[str, list[Any]]:
+def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, list[Any]]:
     """The claim's ``UPDATE … RETURNING`` every column, of the ready jobs among ``ids_sql``.
 
-    ``ids_sql`` is a subquery, or (``subquery=False``) a list of parameters.
+    ``ids_sql`` is a subquery, or a list of parameters.
     """
     # The SET clause's: owner, deadline, and the owner again for a Task job's worker_ids.
     params: list[Any] = [round_.worker_id, round_.visibility_timeout, round_.worker_id]
@@ -333,10 +343,13 @@ def _claim_update(
     worker_ids = (
         f"CASE WHEN task_backend = '' THEN worker_ids ELSE {engine.json_push('worker_ids', '%s')} END"
     )
-    # On PostgreSQL the picked ids are read once, into an array: as ``id IN (subquery)``
-    # the planner may run a LIMIT … SKIP LOCKED subquery again per row, and claim more.
+    # On PostgreSQL a subquery's ids are read once, into an array: as ``id IN
+    # (subquery)`` the planner may join it in a nested loop that runs the
+    # LIMIT … SKIP LOCKED subquery again per row, and so claim more than asked.
     picked = (
-        f"id = ANY(ARRAY({ids_sql}))" if subquery and engine.supports_array_params else f"id IN ({ids_sql})"
+        f"id = ANY(ARRAY({ids_sql}))"
+        if engine.supports_array_params and ids_sql.startswith("SELECT")
+        else f"id IN ({ids_sql})"
     )
     # status = 'ready' again: a job picked in the subquery and changed since (a
     # cancel) is re-checked here, on the row as it is now.
