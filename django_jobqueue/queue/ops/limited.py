@@ -104,13 +104,14 @@ class LimitedPick:
 
     ctes: list[str]
     params: list[Any]
-    # The CTE that holds the ids (with priority and run_at) this round may claim.
-    admitted: str
     recursive: bool
-    # SQL of the flow marker's values: keyed candidates seen, held candidates, last key walked.
-    keyed_seen: str
+    # SQL of the flow marker's values: held candidates, the last key walked.
     held: str
     walked: str
+
+
+# SQL of how many keyed candidates the round saw (the CTE ``keyed``, window or walk).
+KEYED_SEEN = "(SELECT COUNT(*) FROM keyed)"
 
 
 def limited_pick(
@@ -121,7 +122,7 @@ def limited_pick(
     flow: FlowState,
 ) -> LimitedPick:
     """The CTEs that pick the limited jobs one round may claim (see the module's docstring)."""
-    pick = LimitedPick([], [], "admitted", False, "", "", "NULL")
+    pick = LimitedPick([], [], False, "", "NULL")
     _keyed_candidates(pick, engine, queue_limits, limit, flow)
     _unkeyed_candidates(pick, engine, queue_limits, limit, limits)
     pick.ctes.append(
@@ -214,7 +215,6 @@ def _keyed_candidates(
             f"keyed AS (SELECT {_CANDIDATE} FROM {JOB} WHERE {due} AND {scope} ORDER BY {_ORDER} LIMIT %s)"
         )
         pick.params += [*scope_params, size]
-        pick.keyed_seen = "(SELECT COUNT(*) FROM keyed)"
         return
     # Keys in key order after the last one visited: one probe of jobqueue_key_ready_idx each.
     next_key = (
@@ -234,7 +234,6 @@ def _keyed_candidates(
         f"keyed AS (SELECT {_CANDIDATE} FROM {JOB} WHERE id IN (SELECT id FROM heads) AND {due})"
     )
     pick.params += [flow.walk_after, size, *scope_params]
-    pick.keyed_seen = "(SELECT COUNT(*) FROM keyed)"
     # NULL once the walk ran off the last key: the next walk starts from the first.
     pick.walked = "(SELECT key FROM walk ORDER BY visited DESC LIMIT 1)"
 

@@ -24,6 +24,7 @@ from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
 from .claims import complete_arrays_statement, complete_many
 from .limited import (
+    KEYED_SEEN,
     NOT_PAUSED_ROW,
     STARTS,
     FlowState,
@@ -182,7 +183,7 @@ def _limited_round(
     )
     params.append(round_.limit)
     with_ = "WITH RECURSIVE " if pick.recursive else "WITH "
-    marker_sql = _flow_marker(keyed_seen=pick.keyed_seen, held=pick.held, walked=pick.walked)
+    marker_sql = _flow_marker(keyed_seen=KEYED_SEEN, held=pick.held, walked=pick.walked)
     served = limited_queues(round_.queue_limits, round_.limits)
     rated = rated_queues(served, round_.limits)
     update, update_params = _claim_update(engine, round_, "SELECT id FROM picked")
@@ -203,6 +204,7 @@ def _limited_round(
         acked = {(row[0], row[1]) for row in results[1]} if completions else set()
         rows = results[-1]
         marker = next(row for row in rows if row[_STATUS_INDEX] == "flow")
+        learnt = (marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX])
         claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] != "flow"])
     else:
         with transaction.atomic(using=using):
@@ -211,7 +213,7 @@ def _limited_round(
             acked = complete_many(using, round_.worker_id, completions, keep)
             cursor.execute(
                 with_ + ", ".join(ctes) + f" SELECT 'job', id, NULL, NULL FROM picked "
-                f"UNION ALL SELECT 'flow', {pick.keyed_seen}, {pick.held}, {pick.walked}",
+                f"UNION ALL SELECT 'flow', {KEYED_SEEN}, {pick.held}, {pick.walked}",
                 params,
             )
             picks = cursor.fetchall()
@@ -220,15 +222,15 @@ def _limited_round(
             claimed = _claim_ids(using, engine, round_, ids)
             if rated and claimed:
                 _write_ledger(cursor, engine, rated, claimed)
-        marker = [None] * len(JOB_COLUMNS)
-        marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX] = flow_row[1:]
-    _learn(flow, marker, round_.limit, len(claimed))
+        learnt = tuple(flow_row[1:])
+    _learn(flow, *learnt, limit=round_.limit, claimed=len(claimed))
     return acked, sorted(claimed, key=claim_order)
 
 
-def _learn(flow: FlowState, marker: Sequence[Any], limit: int, claimed: int) -> None:
-    """Keep what a limited round's marker row says for the next round."""
-    keyed_seen, held, walked = marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX]
+def _learn(
+    flow: FlowState, keyed_seen: int, held: int | None, walked: str | None, *, limit: int, claimed: int
+) -> None:
+    """Keep what a limited round's flow row says (keyed candidates seen, held, last key walked)."""
     flow.held = int(held or 0)
     if flow.walk_next:
         flow.walk_next = False
