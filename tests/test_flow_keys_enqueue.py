@@ -215,6 +215,7 @@ BAD_OPTIONS = [
     pytest.param(KEYED, {"concurrency_key": "k" * 256}, "at most 255 characters", id="long-key"),
     pytest.param(KEYED, {"concurrency_key": "a\nb"}, "control characters", id="control-key"),
     pytest.param(KEYED, {"concurrency_key": "a\x7fb"}, "control characters", id="delete-key"),
+    pytest.param(KEYED, {"concurrency_key": "tenant:\ud800"}, "lone surrogate", id="surrogate-key"),
     pytest.param(KEYED, {"concurrency_key": "t", "concurrency_limit": 0}, "from 1 to 10,000", id="zero"),
     pytest.param(KEYED, {"concurrency_key": "t", "concurrency_limit": -1}, "from 1 to 10,000", id="negative"),
     pytest.param(KEYED, {"concurrency_key": "t", "concurrency_limit": 10_001}, "from 1 to 10,000", id="huge"),

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .validation import check_queue
+from .validation import _check_encodable, check_queue
 
 # The window of each rate unit, in seconds.
 RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -123,6 +123,8 @@ def check_concurrency_key(key: object) -> str:
         raise ValueError(f"concurrency_key must be at most {MAX_CONCURRENCY_KEY_LENGTH} characters")
     if any(ord(char) < 32 or ord(char) == 127 for char in key):
         raise ValueError(f"concurrency_key must not contain control characters: {key!r}")
+    if not key.isascii():
+        _check_encodable(key, "concurrency_key")  # as unique_key: no database stores a lone surrogate
     return key
 
 
