@@ -62,6 +62,13 @@ class Job(models.Model):
     task_backend = models.CharField(max_length=100, blank=True, default="", db_default="")
     # A Task job's worker per counted attempt, oldest first (TaskResult.worker_ids).
     worker_ids = models.JSONField(blank=True, default=list, db_default=[])
+    # ctx.progress(): {"current", "total", "message"} as the running job last reported it.
+    progress = models.JSONField(null=True, blank=True)
+    # Every attempt that did not end in "done", oldest first and bounded: attempt,
+    # worker, started_at, duration, outcome, error (docs/observability.md).
+    attempt_history = models.JSONField(blank=True, default=list, db_default=[])
+    # The W3C trace context of the span that enqueued the job (the opentelemetry extra).
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -172,6 +179,10 @@ class DeadLetter(models.Model):
     last_attempted_at = models.DateTimeField(null=True, blank=True)
     task_backend = models.CharField(max_length=100, blank=True, default="", db_default="")
     worker_ids = models.JSONField(blank=True, default=list, db_default=[])
+    # Kept from the job, and restored by a retry.
+    progress = models.JSONField(null=True, blank=True)
+    attempt_history = models.JSONField(blank=True, default=list, db_default=[])
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [
