@@ -235,7 +235,7 @@ def test_over_http_a_scraper_sees_a_real_workers_running_job(
         key = ("jobqueue_queue_jobs", frozenset({"queue": "http", "state": "running"}.items()))
         return samples if samples.get(key) == 1 else None
 
-    samples = wait_until(running, timeout=20, message="the worker's job counted as running")
+    samples = wait_until(running, timeout=30, message="the worker's job counted as running")
     assert value(samples, "jobqueue_workers_alive") == 1
     assert value(samples, "jobqueue_queue_jobs", queue="http", state="ready") == 0
 
