@@ -1,5 +1,7 @@
 """The admin at size: every page timed over 1,000,000 jobs and 100,000 dead letters on PostgreSQL.
 
+The queue's metrics view (a Prometheus scrape) is timed with the pages.
+
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/jq_admin_size .venv/bin/python bench/admin_at_size.py
 
 Creates the database if it is missing and migrates it, fills it once (about a
@@ -193,6 +195,8 @@ def pages() -> list[tuple[str, str]]:
         ("dead letter page", f"{dead}{letter[0]}/change/"),
         ("retry all matching, the question (queue sms)", f"{dead}retry-matching/?queue=sms"),
         ("workers", "/admin/django_jobqueue/worker/"),
+        # Not an admin page: what a Prometheus scrape of the queue's figures costs.
+        ("queue metrics (django_jobqueue.views.metrics)", "/jobqueue/metrics"),
     ]
 
 
@@ -230,6 +234,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed requests per page (after a warm-up)")
     parser.add_argument("--refill", action="store_true", help="empty the tables and fill them again")
     parser.add_argument("--no-actions", action="store_true", help="time the pages only")
+    parser.add_argument("--only", default="", help="time only the rows whose label contains this text")
     args = parser.parse_args()
 
     url = os.environ.get("DATABASE_URL", "")
@@ -276,6 +281,8 @@ def main() -> None:
     if not args.no_actions:
         rows += [(label, rolled_back(request)) for label, request in actions(client)]
     for label, request in rows:
+        if args.only not in label:
+            continue
         result = measure(request, args.runs)
         print(
             f"| {label} | {result['median']:.1f} | {result['max']:.1f} | {result['queries']} "

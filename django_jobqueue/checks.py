@@ -115,6 +115,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
         )
     errors.extend(_schedule_errors())
     errors.extend(queues_errors())
+    errors.extend(metrics_token_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
@@ -161,3 +162,25 @@ def _naming_queue(problem: str, queue: object) -> str:
     if not problem.startswith("JOBQUEUE['QUEUES']"):
         problem = f"JOBQUEUE['QUEUES'][{queue!r}]: {problem}"
     return f"{problem}."
+
+
+# A token a person can neither guess nor brute-force over HTTP: secrets.token_urlsafe(32) gives 43.
+MIN_METRICS_TOKEN_LENGTH = 32
+
+
+def metrics_token_errors() -> list[CheckMessage]:
+    """An error when ``JOBQUEUE["METRICS_TOKEN"]`` is neither None nor a long, header-safe string."""
+    token = jobqueue_settings.METRICS_TOKEN
+    if token is None:
+        return []
+    hint = 'For example python -c "import secrets; print(secrets.token_urlsafe(32))"; None turns it off.'
+    if not isinstance(token, str):
+        problem = f"must be a string or None, not {type(token).__name__}"
+    elif len(token) < MIN_METRICS_TOKEN_LENGTH:
+        problem = f"is {len(token)} characters long; it needs at least {MIN_METRICS_TOKEN_LENGTH}"
+    elif not (token.isascii() and token.isprintable()) or " " in token:
+        # It travels in an HTTP header, "Authorization: Bearer <token>".
+        problem = "may hold only printable ASCII characters without spaces"
+    else:
+        return []
+    return [Error(f"JOBQUEUE['METRICS_TOKEN'] {problem}.", hint=hint, id="django_jobqueue.E015")]

@@ -37,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE_GRACE": 60.0,
     # Flow control, fleet-wide: queue -> {"concurrency": N, "rate_limit": "N/s"} (docs/flow-control.md).
     "QUEUES": {},
+    # The bearer token that lets a scraper read django_jobqueue.views.metrics; None = staff sessions only.
+    "METRICS_TOKEN": None,
 }
 
 
@@ -60,6 +62,7 @@ class JobQueueSettings:
     SCHEDULES: dict[str, Any]
     SCHEDULE_GRACE: float
     QUEUES: dict[str, Any]
+    METRICS_TOKEN: str | None
 
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "JOBQUEUE", None) or {}

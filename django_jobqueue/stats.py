@@ -23,6 +23,7 @@ from .models import DeadLetter, Job, JobStatus, Worker
 from .queue import QueueClient, engine_for
 from .queue.flow import QueueLimits, configured_limits
 from .queue.rows import to_datetime
+from .worker.ticker import WORKER_STALE_AFTER
 
 # A worker beats at least every 10 s; three missed beats and it is shown as late.
 # (Its row is deleted by the other workers' upkeep after 60 s of silence.)
@@ -158,6 +159,67 @@ def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
     """Collect every queue's figures, the live workers and (if ``minutes``) the last hour."""
     using = using or jobqueue_settings.DATABASE
     now = database_now(using)
+    queues = _live_queue_stats(using, now)
+    hour_ago = now - timedelta(hours=1)
+    done = Job.objects.using(using).order_by().filter(status=JobStatus.DONE, finished_at__gte=hour_ago)
+    for name, count in _count_by_queue(done):
+        queues.setdefault(name, QueueStats(name)).done_last_hour = count
+    limits, problem = _configured_limits()
+    for name, queue_limits in limits.items():
+        queues.setdefault(name, QueueStats(name)).limits = queue_limits
+
+    ordered = [queues[name] for name in sorted(queues)]
+    total = QueueStats("total")
+    for entry in ordered:
+        total.add(entry)
+    return Overview(
+        now=now,
+        queues=ordered,
+        total=total,
+        workers=live_workers(using, now),
+        minutes=last_hour(using, now) if minutes else [],
+        limits_problem=problem,
+    )
+
+
+@dataclass
+class MetricsSnapshot:
+    """What ``django_jobqueue.views.metrics`` exports: the live queues' figures and the live workers.
+
+    ``done_last_hour`` and ``limits`` of each queue are left unread: done jobs are
+    not a series (the workers count them as they finish), and counting them would
+    be the one query here that grows with the history kept.
+    """
+
+    now: datetime
+    queues: list[QueueStats]
+    workers_alive: int
+
+
+def metrics_snapshot(using: str | None = None) -> MetricsSnapshot:
+    """Read every queue's ready, scheduled, running and dead jobs, its pause, and the live workers.
+
+    Every query is served by a partial index or a small table, so the cost follows
+    the live jobs and dead letters, never the done jobs kept. A queue of
+    ``JOBQUEUE["QUEUES"]`` and the default queue are listed even while empty, so
+    that their series do not vanish between jobs.
+    """
+    using = using or jobqueue_settings.DATABASE
+    now = database_now(using)
+    queues = _live_queue_stats(using, now)
+    for name in [jobqueue_settings.DEFAULT_QUEUE, *_configured_limits()[0]]:
+        queues.setdefault(name, QueueStats(name))
+    # The ticker's rule: a worker silent for longer is dead, and its row is deleted.
+    since = now - timedelta(seconds=WORKER_STALE_AFTER)
+    alive = Worker.objects.using(using).filter(last_heartbeat__gte=since).count()
+    return MetricsSnapshot(now=now, queues=[queues[name] for name in sorted(queues)], workers_alive=alive)
+
+
+def _live_queue_stats(using: str, now: datetime) -> dict[str, QueueStats]:
+    """Per queue: ready jobs due and scheduled, the oldest due one's age, running jobs, dead letters, pause.
+
+    A paused queue is listed even while it holds no job.
+    """
     queues: dict[str, QueueStats] = {}
 
     def stats(name: str) -> QueueStats:
@@ -173,30 +235,11 @@ def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
             entry.oldest_ready_age = max(entry.oldest_ready_age or 0.0, age)
     for name, count in _count_by_queue(jobs.filter(status=JobStatus.RUNNING)):
         stats(name).running = count
-    hour_ago = now - timedelta(hours=1)
-    for name, count in _count_by_queue(jobs.filter(status=JobStatus.DONE, finished_at__gte=hour_ago)):
-        stats(name).done_last_hour = count
     for name, count in _count_by_queue(DeadLetter.objects.using(using).order_by()):
         stats(name).dead = count
-    # A paused queue or one with limits is shown even while it holds no job.
     for name in QueueClient(using).paused_queues():
         stats(name).paused = True
-    limits, problem = _configured_limits()
-    for name, queue_limits in limits.items():
-        stats(name).limits = queue_limits
-
-    ordered = [queues[name] for name in sorted(queues)]
-    total = QueueStats("total")
-    for entry in ordered:
-        total.add(entry)
-    return Overview(
-        now=now,
-        queues=ordered,
-        total=total,
-        workers=live_workers(using, now),
-        minutes=last_hour(using, now) if minutes else [],
-        limits_problem=problem,
-    )
+    return queues
 
 
 def _ready_by_queue(jobs: models.QuerySet[Job], now: datetime) -> list[dict[str, Any]]:
@@ -245,7 +288,9 @@ def busiest_keys(using: str, now: datetime, limit: int = BUSIEST_KEYS) -> list[K
 
 
 def _count_by_queue(queryset: models.QuerySet[Any]) -> list[tuple[str, int]]:
-    return [(row["queue"], row["count"]) for row in queryset.values("queue").annotate(count=Count("pk"))]
+    # COUNT(*), not COUNT(id): the id is in no queue index, and counting it would read every
+    # row from the table (100,000 dead letters: a scan of 180 ms instead of an index-only 20 ms).
+    return [(row["queue"], row["count"]) for row in queryset.values("queue").annotate(count=Count("*"))]
 
 
 def live_workers(using: str, now: datetime) -> list[WorkerStats]:
