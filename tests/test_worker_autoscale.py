@@ -1,6 +1,6 @@
 """``runworker --concurrency MIN:MAX``: real workers grow under a backlog, shrink when idle, drain on SIGTERM.
 
-Each scenario runs a real ``runworker`` with a short ``--grow-interval`` and
+Each scenario runs a real ``runworker`` with a short ``--resize-interval`` and
 ``--shrink-after``, and reads what happened from three places the worker
 cannot fake: the jobs' own start and end times (how many ran at once), the
 worker row (the slots it says it runs) and its log lines.
@@ -21,11 +21,12 @@ from django.db import connection
 
 from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import DeadLetter, Job, Worker
+from django_jobqueue.worker.autoscale import SlotPolicy, SlotRange
 from tests.jobs_for_workers import events
 from tests.worker_support import ROOT, database_url, wait_until
 
 MODULES = {"JOBQUEUE_MODULES": "tests.jobs_for_workers,tests.jobs_for_autoscale"}
-FAST = ("--grow-interval", "0.2", "--poll-interval", "0.1")
+FAST = ("--resize-interval", "0.2", "--poll-interval", "0.1")
 
 
 def naps(path: str, count: int, seconds: float = 0.3, **extra: Any) -> list[Job]:
@@ -54,28 +55,29 @@ def all_done(count: int) -> bool:
 
 def test_a_backlog_grows_the_slots_to_max_and_idle_shrinks_them_to_min(queue, start_worker, events_path):
     worker = start_worker(
-        "--concurrency", "1:4", "--shrink-after", "1", *FAST, "--worker-id", "elastic", env=MODULES
+        "--concurrency", "1:4", "--shrink-after", "0.5", *FAST, "--worker-id", "elastic", env=MODULES
     )
     worker.wait_started()
     assert "concurrency=1:4" in worker.log()
     assert row_slots("elastic") == 1
 
-    naps(events_path, 24)
-    wait_until(lambda: all_done(24), 30, "every nap to finish")
+    naps(events_path, 16, seconds=0.2)
+    wait_until(lambda: all_done(16), 30, "every nap to finish")
 
     assert peak_running(events_path) == 4
     log = worker.log()
     assert "worker elastic: 1 -> 2 slots (due jobs were waiting; range 1:4)" in log
     assert "worker elastic: 2 -> 4 slots (due jobs were waiting; range 1:4)" in log
     assert not re.search(r"-> [5-9]\d* slots", log), "never above MAX"
-    worker.wait_for_log(r"worker elastic: \d -> 1 slots \(slots unneeded for 1s", 10)
+    worker.wait_for_log(r"worker elastic: \d -> 1 slots \(slots unneeded for 0.5s", 10)
     wait_until(lambda: row_slots("elastic") == 1, 5, "the worker row to say 1 slot")
 
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
-    assert "stopped (SIGTERM) after 24 job(s)" in worker.log()
+    assert "stopped (SIGTERM) after 16 job(s)" in worker.log()
 
 
+@pytest.mark.slow
 def test_shrinking_retires_idle_slots_only_and_grows_again(queue, start_worker, events_path):
     """One long job holds a slot through the shrink: the worker keeps it, then grows for a new backlog."""
     worker = start_worker(
@@ -102,7 +104,7 @@ def test_shrinking_retires_idle_slots_only_and_grows_again(queue, start_worker, 
 def test_sigterm_while_growing_drains_every_slot(queue, start_worker, events_path):
     jobs = naps(events_path, 40, seconds=0.5)
     worker = start_worker(
-        "--concurrency", "1:8", "--grow-interval", "0.3", "--poll-interval", "0.1", env=MODULES
+        "--concurrency", "1:8", "--resize-interval", "0.3", "--poll-interval", "0.1", env=MODULES
     )
     worker.wait_for_log(r"-> 4 slots", 15)
     wait_until(lambda: len(events(events_path)) >= 4, 10, "the grown slots to start jobs")
@@ -238,3 +240,64 @@ def test_resize_options_need_a_range(queue):
     )
     assert done.returncode == 1
     assert "--shrink-after need --concurrency MIN:MAX with MIN below MAX" in done.stderr
+
+
+# -- the policy alone --------------------------------------------------------------
+
+
+def policy(low: int = 1, high: int = 6, grow: float = 1.0, shrink: float = 10.0) -> SlotPolicy:
+    return SlotPolicy(SlotRange(low, high), resize_interval=grow, shrink_after=shrink, now=0.0)
+
+
+def test_policy_doubles_at_most_once_per_interval_up_to_max():
+    slots = policy(high=6)
+    assert slots.decide(0.0, held=0) == 1, "no backlog: no growth"
+    slots.claimed(filled_every_slot=True)
+    assert [slots.decide(t, held=slots.slots) for t in (0.0, 0.5, 1.0, 1.9, 2.0, 3.0)] == [2, 2, 4, 4, 6, 6]
+    assert slots.seconds_to_growth(3.0) is None, "at MAX"
+
+
+def test_policy_stops_growing_once_a_round_leaves_a_slot_empty():
+    slots = policy()
+    slots.claimed(filled_every_slot=True)
+    assert slots.decide(0.0, held=1) == 2
+    assert slots.seconds_to_growth(0.25) == 0.75
+    slots.claimed(filled_every_slot=False)
+    assert slots.decide(5.0, held=2) == 2
+    assert slots.seconds_to_growth(5.0) is None
+
+
+def test_policy_retires_slots_unneeded_for_shrink_after_never_below_min_or_held():
+    slots = policy(low=2, high=8, grow=0.0, shrink=10.0)
+    slots.claimed(filled_every_slot=True)
+    for t in (0.0, 0.1):
+        slots.decide(t, held=slots.slots)
+    assert slots.slots == 8
+    slots.claimed(filled_every_slot=False)
+    slots.decide(1.0, held=8)  # all 8 needed at t=1
+    slots.decide(5.0, held=5)  # 5 needed at t=5
+    assert slots.decide(10.9, held=3) == 8, "no slot unneeded for 10 s yet"
+    assert slots.decide(11.0, held=3) == 5, "slots 6 to 8 were last needed at t=1"
+    assert slots.decide(15.0, held=3) == 3, "slots 4 and 5 were last needed at t=5; 3 hold jobs"
+    assert slots.decide(40.0, held=0) == 2, "never below MIN"
+
+
+def test_policy_resizes_at_most_once_per_interval_either_way():
+    slots = policy(low=1, high=4, grow=1.0, shrink=0.5)
+    slots.claimed(filled_every_slot=True)
+    assert slots.decide(0.0, held=1) == 2
+    assert slots.decide(1.0, held=2) == 4
+    slots.claimed(filled_every_slot=False)
+    slots.decide(1.2, held=3)
+    assert slots.decide(1.9, held=0) == 4, "slot 4 unneeded for 0.9 s, but the last resize was 0.9 s ago"
+    assert slots.decide(2.0, held=0) == 1, "every slot unneeded since 1.5 retires at once"
+    slots.claimed(filled_every_slot=True)
+    assert slots.seconds_to_growth(2.5) == 0.5
+    assert slots.decide(2.5, held=1) == 1
+    assert slots.decide(3.0, held=1) == 2
+
+
+@pytest.mark.parametrize(("low", "high"), [(0, 1), (3, 2)])
+def test_slot_range_refuses_bad_bounds(low: int, high: int):
+    with pytest.raises(ValueError, match="1 or more|MIN must not be above MAX"):
+        SlotRange(low, high)

@@ -4,16 +4,16 @@ Pure: no threads, no clock of its own, no database; the claiming loop feeds
 it the time and what each round found, and applies its answer.
 
 - **Grow** when the last claiming round filled every free slot and more jobs
-  were due: the slots double (capped at MAX), at most once every
-  ``grow_interval`` seconds. Doubling reaches any MAX in a few steps (1, 2,
-  4, 8 … in ``log2(MAX/MIN)`` intervals) and stops as soon as a round leaves
-  a slot empty.
+  were due: the slots double (capped at MAX). Doubling reaches any MAX in a
+  few steps (1, 2, 4, 8 … in ``log2(MAX/MIN)`` intervals) and stops as soon
+  as a round leaves a slot empty.
 - **Shrink** when slots were not needed for ``shrink_after`` seconds: the
   policy remembers, for each number of slots k, the last time at least k
   jobs were held, and retires every slot above the highest k needed in that
-  window (never below MIN, never a slot that holds a job). At most one
-  shrink every ``grow_interval`` seconds, so that a worker logs at most one
-  resize line per interval.
+  window (never below MIN, never a slot that holds a job).
+- At most one resize, either way, every ``resize_interval`` seconds: a worker
+  logs at most one resize line per interval, and a shrink right after a
+  growth (or the reverse) never flaps.
 
 Slots are interchangeable (they take jobs from one hand-off queue), so "the
 third slot was idle for 30 s" and "no more than two jobs were held at once
@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Defaults of --grow-interval and --shrink-after, in seconds.
-DEFAULT_GROW_INTERVAL = 1.0
+# Defaults of --resize-interval and --shrink-after, in seconds.
+DEFAULT_RESIZE_INTERVAL = 1.0
 DEFAULT_SHRINK_AFTER = 30.0
 
 
@@ -54,15 +54,14 @@ class SlotRange:
 class SlotPolicy:
     """How many slots to run now, from the jobs held and what the last claiming round found."""
 
-    def __init__(self, slots: SlotRange, grow_interval: float, shrink_after: float, now: float) -> None:
+    def __init__(self, slots: SlotRange, resize_interval: float, shrink_after: float, now: float) -> None:
         self.range = slots
-        self.grow_interval = grow_interval
+        self.resize_interval = resize_interval
         self.shrink_after = shrink_after
         self.slots = slots.minimum
         # True while the last round that had free slots filled them all and said more were due.
         self.backlog = False
-        self._last_grown = -math.inf  # the first backlog grows at once
-        self._last_shrunk = now
+        self._last_resized = -math.inf  # the first backlog grows at once
         # _needed_at[k]: the last time k + 1 jobs or more were held. Never increasing with k.
         self._needed_at = [now] * self.slots
 
@@ -77,14 +76,16 @@ class SlotPolicy:
         """
         held = min(held, self.slots)
         self._needed_at[:held] = [now] * held
-        if self.backlog and self.slots < self.range.maximum and now - self._last_grown >= self.grow_interval:
+        if now - self._last_resized < self.resize_interval:
+            return self.slots
+        if self.backlog and self.slots < self.range.maximum:
             self.resized(min(self.range.maximum, self.slots * 2), now)
-            self._last_grown = now
-        elif self.slots > self.range.minimum and now - self._last_shrunk >= self.grow_interval:
+            self._last_resized = now
+        elif self.slots > self.range.minimum:
             keep = self._slots_needed_since(now - self.shrink_after, floor=max(held, self.range.minimum))
             if keep < self.slots:
                 self.resized(keep, now)
-                self._last_shrunk = now
+                self._last_resized = now
         return self.slots
 
     def resized(self, slots: int, now: float) -> None:
@@ -99,7 +100,7 @@ class SlotPolicy:
         """How long until a backlog may grow the slots; None if it cannot (no backlog, or at MAX)."""
         if not self.backlog or self.slots >= self.range.maximum:
             return None
-        return max(0.0, self._last_grown + self.grow_interval - now)
+        return max(0.0, self._last_resized + self.resize_interval - now)
 
     def _slots_needed_since(self, since: float, floor: int) -> int:
         """The most jobs held at once after ``since``, and at least ``floor``."""

@@ -47,7 +47,7 @@ from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
 from ..schedules import declared_schedules
-from .autoscale import DEFAULT_GROW_INTERVAL, DEFAULT_SHRINK_AFTER, SlotPolicy, SlotRange
+from .autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotPolicy, SlotRange
 from .completer import Completer, PendingAck
 from .control import RunControl, StopReason
 from .executor import DEFAULT_CANCEL_GRACE, Executor
@@ -83,7 +83,7 @@ class WorkerConfig:
     queues: tuple[tuple[str, int], ...] = ()  # (name, weight); empty = every queue
     concurrency: int = 1  # the slots at start, and the fewest an autoscaling worker keeps
     max_concurrency: int | None = None  # --concurrency MIN:MAX: the most slots; None: fixed
-    grow_interval: float = DEFAULT_GROW_INTERVAL  # seconds between two resizes at most
+    resize_interval: float = DEFAULT_RESIZE_INTERVAL  # seconds between two resizes at most
     shrink_after: float = DEFAULT_SHRINK_AFTER  # seconds a slot stays unneeded before it retires
     burst: bool = False
     max_jobs: int | None = None
@@ -149,7 +149,7 @@ class Supervisor:
         self._policy: SlotPolicy | None = None
         if not config.slot_range.fixed:
             self._policy = SlotPolicy(
-                config.slot_range, config.grow_interval, config.shrink_after, time.monotonic()
+                config.slot_range, config.resize_interval, config.shrink_after, time.monotonic()
             )
         self._row_slots = config.concurrency  # what the worker row says, for the admin
 

@@ -17,7 +17,7 @@ from ...loader import load_job_modules
 from ...queue.flow import configured_limits
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...schedules import ScheduleError, declared_schedules
-from ...worker.autoscale import DEFAULT_GROW_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
+from ...worker.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
 from ...worker.console import console_logging
 from ...worker.executor import DEFAULT_CANCEL_GRACE
 from ...worker.pool import ChildLimits
@@ -146,11 +146,11 @@ class Command(BaseCommand):
             "--shrink-after seconds, down to MIN.",
         )
         parser.add_argument(
-            "--grow-interval",
+            "--resize-interval",
             type=checked_seconds(resize_seconds),
             metavar="S",
-            help="--concurrency MIN:MAX: the slots double at most once in this many seconds while due "
-            f"jobs wait, and shrink at most once (default {DEFAULT_GROW_INTERVAL:g}).",
+            help="--concurrency MIN:MAX: resize at most once in this many seconds: double the slots "
+            f"while due jobs wait, or retire the unneeded ones (default {DEFAULT_RESIZE_INTERVAL:g}).",
         )
         parser.add_argument(
             "--shrink-after",
@@ -283,7 +283,7 @@ class Command(BaseCommand):
             queues=tuple(options["queues"]),
             concurrency=slots.minimum,
             max_concurrency=None if slots.fixed else slots.maximum,
-            grow_interval=options.get("grow_interval") or DEFAULT_GROW_INTERVAL,
+            resize_interval=options.get("resize_interval") or DEFAULT_RESIZE_INTERVAL,
             shrink_after=options.get("shrink_after") or DEFAULT_SHRINK_AFTER,
             burst=options["burst"],
             max_jobs=options["max_jobs"],
@@ -307,7 +307,7 @@ class Command(BaseCommand):
                 slots = concurrency(str(slots))
             except ArgumentTypeError as exc:
                 raise CommandError(f"--concurrency: {exc}") from None
-        resizing = [option for option in ("grow_interval", "shrink_after") if options.get(option)]
+        resizing = [option for option in ("resize_interval", "shrink_after") if options.get(option)]
         if resizing and slots.fixed:
             names = " and ".join(f"--{option.replace('_', '-')}" for option in resizing)
             raise CommandError(f"{names} need --concurrency MIN:MAX with MIN below MAX")
