@@ -62,6 +62,7 @@ def test_a_backlog_grows_the_slots_to_max_and_idle_shrinks_them_to_min(queue, st
     assert row_slots("elastic") == 1
 
     naps(events_path, 16, seconds=0.2)
+    wait_until(lambda: row_slots("elastic") == 4, 10, "the worker row to say 4 slots")
     wait_until(lambda: all_done(16), 30, "every nap to finish")
 
     assert peak_running(events_path) == 4

@@ -75,6 +75,7 @@ class SlotPolicy:
         Never fewer than ``held``: a slot that holds a job is not retired.
         """
         held = min(held, self.slots)
+        # The slots holding jobs are needed now, so the shrink below never retires one of them.
         self._needed_at[:held] = [now] * held
         if now - self._last_resized < self.resize_interval:
             return self.slots
@@ -82,7 +83,7 @@ class SlotPolicy:
             self.resized(min(self.range.maximum, self.slots * 2), now)
             self._last_resized = now
         elif self.slots > self.range.minimum:
-            keep = self._slots_needed_since(now - self.shrink_after, floor=max(held, self.range.minimum))
+            keep = self._slots_needed_since(now - self.shrink_after, floor=self.range.minimum)
             if keep < self.slots:
                 self.resized(keep, now)
                 self._last_resized = now
