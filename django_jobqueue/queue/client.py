@@ -346,6 +346,10 @@ class QueueClient:
         """Mark a worker alive now; False if its row is gone (pruned while it was cut off)."""
         return ops.beat_worker(self.using, check_worker_id(worker_id))
 
+    def resize_worker(self, worker_id: str, concurrency: int) -> bool:
+        """Record that a worker now runs ``concurrency`` slots; False if its row is gone."""
+        return ops.resize_worker(self.using, check_worker_id(worker_id), concurrency)
+
     def unregister_worker(self, worker_id: str) -> bool:
         """Delete a stopping worker's row; False if it was already gone."""
         return ops.unregister_worker(self.using, check_worker_id(worker_id))

@@ -17,6 +17,7 @@ from ...loader import load_job_modules
 from ...queue.flow import configured_limits
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...schedules import ScheduleError, declared_schedules
+from ...worker.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
 from ...worker.console import console_logging
 from ...worker.executor import DEFAULT_CANCEL_GRACE
 from ...worker.pool import ChildLimits
@@ -67,8 +68,24 @@ def positive_int(text: str, *, maximum: int | None = None) -> int:
     return value
 
 
-def concurrency(text: str) -> int:
-    return positive_int(text, maximum=MAX_CONCURRENCY)
+def concurrency(text: str) -> SlotRange:
+    """Parse ``N`` (that many slots) or ``MIN:MAX`` (from MIN slots up to MAX as jobs wait)."""
+    low, colon, high = text.partition(":")
+    try:
+        minimum = positive_int(low.strip(), maximum=MAX_CONCURRENCY)
+        maximum = positive_int(high.strip(), maximum=MAX_CONCURRENCY) if colon else minimum
+    except ArgumentTypeError as exc:
+        raise ArgumentTypeError(f"{exc} (give N, or MIN:MAX such as 2:16)") from None
+    if maximum < minimum:
+        raise ArgumentTypeError(f"MIN must not be above MAX, got {text!r} (give MIN:MAX such as 2:16)")
+    return SlotRange(minimum, maximum)
+
+
+def resize_seconds(value: float) -> float:
+    # Above zero: a zero interval would resize on every claiming round.
+    if not 0 < value <= MAX_SHUTDOWN_TIMEOUT:  # False for NaN too
+        raise ValueError(f"must be above 0 and at most {MAX_SHUTDOWN_TIMEOUT:g} seconds, got {value}")
+    return value
 
 
 def number(text: str) -> float:
@@ -122,8 +139,25 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency",
             type=concurrency,
-            default=1,
-            help=f"Jobs run at once, each in a thread (1 to {MAX_CONCURRENCY}).",
+            default=SlotRange(1, 1),
+            metavar="N|MIN:MAX",
+            help=f"Jobs run at once, each in a slot (1 to {MAX_CONCURRENCY}). MIN:MAX starts MIN slots, "
+            "adds slots while due jobs wait, up to MAX, and retires slots that were not needed for "
+            "--shrink-after seconds, down to MIN.",
+        )
+        parser.add_argument(
+            "--resize-interval",
+            type=checked_seconds(resize_seconds),
+            metavar="S",
+            help="--concurrency MIN:MAX: resize at most once in this many seconds: double the slots "
+            f"while due jobs wait, or retire the unneeded ones (default {DEFAULT_RESIZE_INTERVAL:g}).",
+        )
+        parser.add_argument(
+            "--shrink-after",
+            type=checked_seconds(resize_seconds),
+            metavar="S",
+            help="--concurrency MIN:MAX: retire the slots that were not needed for this many seconds "
+            f"(default {DEFAULT_SHRINK_AFTER:g}).",
         )
         parser.add_argument(
             "--worker-id", help="Name of this worker in claims and logs. Default: <hostname>-<pid>-<random>."
@@ -242,11 +276,15 @@ class Command(BaseCommand):
         pool = options.get("pool") or "threads"
         if pool != "processes" and limits != ChildLimits():
             raise CommandError("--max-jobs-per-child and --max-memory-per-child need --pool processes")
+        slots = self.slot_range(options)
         return WorkerConfig(
             worker_id=worker_id,
             using=using,
             queues=tuple(options["queues"]),
-            concurrency=options["concurrency"],
+            concurrency=slots.minimum,
+            max_concurrency=None if slots.fixed else slots.maximum,
+            resize_interval=options.get("resize_interval") or DEFAULT_RESIZE_INTERVAL,
+            shrink_after=options.get("shrink_after") or DEFAULT_SHRINK_AFTER,
             burst=options["burst"],
             max_jobs=options["max_jobs"],
             visibility_timeout=options["visibility_timeout"],
@@ -259,3 +297,18 @@ class Command(BaseCommand):
             child_limits=limits,
             verbosity=options.get("verbosity", 1),
         )
+
+    @staticmethod
+    def slot_range(options: dict[str, Any]) -> SlotRange:
+        """``--concurrency`` as a range; refuse the resize options without one to apply them to."""
+        slots = options["concurrency"]
+        if not isinstance(slots, SlotRange):  # call_command(concurrency=4) skips the parser
+            try:
+                slots = concurrency(str(slots))
+            except ArgumentTypeError as exc:
+                raise CommandError(f"--concurrency: {exc}") from None
+        resizing = [option for option in ("resize_interval", "shrink_after") if options.get(option)]
+        if resizing and slots.fixed:
+            names = " and ".join(f"--{option.replace('_', '-')}" for option in resizing)
+            raise CommandError(f"{names} need --concurrency MIN:MAX with MIN below MAX")
+        return slots

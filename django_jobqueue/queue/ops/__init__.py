@@ -42,7 +42,14 @@ from .pauses import pause_queue, paused_queues, resume_queue
 from .rounds import claim, claim_round
 from .tables import CANCEL_CHANNEL, NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
 from .upkeep import prune, tick_timeouts
-from .workers import beat_worker, live_worker, prune_workers, register_worker, unregister_worker
+from .workers import (
+    beat_worker,
+    live_worker,
+    prune_workers,
+    register_worker,
+    resize_worker,
+    unregister_worker,
+)
 
 __all__ = [
     "CANCEL_CHANNEL",
@@ -82,6 +89,7 @@ __all__ = [
     "retry_later",
     "run_jobs_now",
     "tick_timeouts",
+    "resize_worker",
     "unregister_worker",
     "writes_by_copy",
 ]

@@ -56,6 +56,13 @@ def beat_worker(using: str, worker_id: str) -> bool:
     return cursor.rowcount == 1
 
 
+def resize_worker(using: str, worker_id: str, concurrency: int) -> bool:
+    """Record a worker's new number of slots; False if its row is gone (pruned as stale)."""
+    cursor, _ = cursor_and_engine(using)
+    cursor.execute(f"UPDATE {WORKER} SET concurrency = %s WHERE worker_id = %s", [concurrency, worker_id])
+    return cursor.rowcount == 1
+
+
 def unregister_worker(using: str, worker_id: str) -> bool:
     """Delete a stopping worker's row; False if it was already gone."""
     cursor, _ = cursor_and_engine(using)
