@@ -77,8 +77,11 @@ def test_retries_count_attempts_and_a_context_sees_each(queue, start_worker, eve
     assert (result.status, result.return_value, result.attempts) == (TaskResultStatus.SUCCESSFUL, 3, 3)
     assert result.worker_ids == ["flaky-worker"] * 3
     assert [e["attempt"] for e in events(events_path)] == [1, 2, 3]
-    assert result.errors[0].exception_class is tasks.TaskBoomError
-    assert "attempt 2 failed" in result.errors[0].traceback
+    # One error per failed attempt, oldest first; the latest with its traceback.
+    assert [error.exception_class for error in result.errors] == [tasks.TaskBoomError] * 2
+    assert result.errors[0].traceback == "tests.tasks_for_workers.TaskBoomError: attempt 1 failed"
+    assert "attempt 2 failed" in result.errors[1].traceback
+    assert "Traceback (most recent call last)" in result.errors[1].traceback
     signals = [(e["event"], e["status"], e["attempts"]) for e in events(signals_path)]
     assert signals == [
         ("task_started", "RUNNING", 1),
@@ -103,8 +106,8 @@ def test_a_task_out_of_attempts_is_dead_and_failed(queue, start_worker, tmp_path
         2,
         dead.failed_at,
     )
-    [error] = result.errors
-    assert error.exception_class_path == "tests.tasks_for_workers.TaskBoomError"
+    first, error = result.errors
+    assert first.exception_class_path == error.exception_class_path == "tests.tasks_for_workers.TaskBoomError"
     assert "raise TaskBoomError(message)" in error.traceback
     wait_until(lambda: len(events(signals_path)) == 3, 10, "the finished signal")
     assert events(signals_path)[-1]["event"] == "task_finished"

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString
 
 from ..models import DeadLetter
 from ..queue import RetriedDeadLetter
+from .attempts import timeline
 from .audit import log_deleted, log_retried
 from .base import OperatorAdmin, parse_id
 from .display import (
@@ -87,6 +88,7 @@ class DeadLetterAdmin(OperatorAdmin):
         ("Payload", {"fields": ("payload_json",)}),
         ("Error", {"fields": ("error_text",)}),
         ("Traceback", {"fields": ("traceback_text",)}),
+        ("Attempts", {"fields": ("attempt_timeline",)}),
     )
     readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
@@ -173,6 +175,10 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.display(description="traceback")
     def traceback_text(self, letter: DeadLetter) -> SafeString:
         return preformatted(letter.traceback)
+
+    @admin.display(description="attempts")
+    def attempt_timeline(self, letter: DeadLetter) -> SafeString:
+        return timeline(letter)
 
     def render_change_form(
         self,

@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 from ..models import LIVE_STATUSES, Job, JobStatus
 from ..queue import JobChange
 from ..stats import format_age
+from .attempts import timeline
 from .audit import log_job_changes
 from .base import OperatorAdmin, id_batches, parse_id
 from .display import (
@@ -92,6 +93,7 @@ class JobAdmin(OperatorAdmin):
         ("Times", {"fields": ("enqueued", "runs_at", "finished")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Last error", {"fields": ("last_error_text", "last_traceback_text")}),
+        ("Attempts", {"fields": ("attempt_timeline",)}),
         ("Result", {"fields": ("result_json",)}),
     )
     readonly_fields = tuple(flatten_fieldsets(fieldsets))
@@ -198,6 +200,10 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="traceback")
     def last_traceback_text(self, job: Job) -> SafeString:
         return preformatted(job.last_traceback)
+
+    @admin.display(description="attempts")
+    def attempt_timeline(self, job: Job) -> SafeString:
+        return timeline(job)
 
     @admin.display(description="result")
     def result_json(self, job: Job) -> SafeString:

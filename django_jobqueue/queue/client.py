@@ -197,9 +197,12 @@ class QueueClient:
         error: str = "",
         delay: Duration | None = None,
         traceback: str = "",
+        timed_out: bool = False,
     ) -> bool:
         """running -> ready after a backoff (or ``delay``), or -> dead letter if attempts are spent.
 
+        The attempt joins the job's history as a ``retry`` or ``dead`` one, or
+        as ``timeout`` if ``timed_out`` (it ran past the job's time limit).
         Return False, changing nothing, if this claim is no longer current.
         """
         fence = _fence(job, worker_id)
@@ -209,20 +212,28 @@ class QueueClient:
             return False
         error, traceback = _clean_error(error, traceback)
         attempts, max_attempts = counts
-        if attempts >= max_attempts:
-            return ops.bury(self.using, fence, error, traceback)
+        dead = attempts >= max_attempts
+        outcome = ops.failure_outcome(bool(timed_out), dead)
+        if dead:
+            return ops.bury(self.using, fence, error, traceback, outcome)
         seconds = self.backoff(attempts) if delay is None else to_seconds(delay, "delay")
-        return ops.retry_later(self.using, fence, seconds, error, traceback)
+        return ops.retry_later(self.using, fence, seconds, error, traceback, outcome)
 
     @staticmethod
     def backoff(attempts: int) -> float:
         """The delay before the next attempt of a job that failed its ``attempts``-th, under the settings."""
         return backoff_delay(attempts, jobqueue_settings.BACKOFF_BASE, jobqueue_settings.BACKOFF_MAX)
 
-    def fail(self, job: JobRef, *, worker_id: str, error: str = "", traceback: str = "") -> bool:
-        """running -> dead letter now; False if this claim is no longer current."""
+    def fail(
+        self, job: JobRef, *, worker_id: str, error: str = "", traceback: str = "", timed_out: bool = False
+    ) -> bool:
+        """running -> dead letter now; False if this claim is no longer current.
+
+        The attempt joins the history as a ``dead`` one, or ``timeout`` if ``timed_out``.
+        """
         error, traceback = _clean_error(error, traceback)
-        return ops.bury(self.using, _fence(job, worker_id), error, traceback)
+        outcome = ops.failure_outcome(bool(timed_out), dead=True)
+        return ops.bury(self.using, _fence(job, worker_id), error, traceback, outcome)
 
     def extend_visibility(self, job: JobRef, *, worker_id: str, extension: Duration) -> bool:
         """Set the claim's deadline to now + ``extension``; False if the claim is no longer current."""

@@ -106,9 +106,35 @@ def task_error(error: str, traceback: str) -> TaskError:
     return TaskError(exception_class_path=path, traceback=traceback or error)
 
 
+def attempt_errors(history: Any, error: str, traceback: str) -> list[TaskError]:
+    """One ``TaskError`` per failed attempt in ``history``, oldest first; the row's ``error`` if none.
+
+    The history keeps each attempt's error, cut short, and no traceback: the
+    newest entry gets the row's ``traceback``, which is its attempt's, and the
+    others their error text in its place. A lost attempt on a live job gets
+    none, since the row's is an earlier attempt's. Rows written before the
+    history was kept fall back to the row's own last error.
+    """
+    entries = [entry for entry in history if isinstance(entry, dict)] if isinstance(history, list) else []
+    failed = [entry for entry in entries if entry.get("error")]
+    if not failed:
+        return [task_error(error, traceback)] if error else []
+    errors = [task_error(str(entry["error"]), "") for entry in failed]
+    newest = failed[-1]
+    if newest is entries[-1] and traceback:
+        errors[-1] = task_error(str(newest["error"]), traceback)
+    return errors
+
+
 def _worker_ids(history: Any, attempts: int) -> list[str]:
     # One per counted attempt: a dead letter retried or a cancelled job re-run starts again at 0.
     return [str(worker) for worker in history][-attempts:] if attempts > 0 else []
+
+
+def _live_traceback(job: Job) -> str:
+    # A rescued claim leaves last_traceback as it was: an earlier attempt's, not the lost one's.
+    newest = job.attempt_history[-1] if isinstance(job.attempt_history, list) and job.attempt_history else {}
+    return "" if isinstance(newest, dict) and newest.get("outcome") == "lost" else job.last_traceback
 
 
 def _build(row: Job | DeadLetter, task: Task, **fields: Any) -> TaskResult:
@@ -134,7 +160,7 @@ def result_from_job(job: Job, task: Task) -> TaskResult:
         status=STATUSES[JobStatus(job.status)],
         enqueued_at=job.created_at,
         finished_at=job.finished_at,
-        errors=[task_error(job.last_error, job.last_traceback)] if job.last_error else [],
+        errors=attempt_errors(job.attempt_history, job.last_error, _live_traceback(job)),
     )
     if job.status == JobStatus.DONE:
         object.__setattr__(result, "_return_value", job.result)  # TaskResult is frozen
@@ -142,7 +168,7 @@ def result_from_job(job: Job, task: Task) -> TaskResult:
 
 
 def result_from_dead_letter(dead: DeadLetter, task: Task) -> TaskResult:
-    """The ``TaskResult`` of a dead-lettered task: failed, with its last error."""
+    """The ``TaskResult`` of a dead-lettered task: failed, with every attempt's error."""
     return _build(
         dead,
         task,
@@ -150,7 +176,8 @@ def result_from_dead_letter(dead: DeadLetter, task: Task) -> TaskResult:
         status=TaskResultStatus.FAILED,
         enqueued_at=dead.enqueued_at,
         finished_at=dead.failed_at,
-        errors=[task_error(dead.error, dead.traceback)],
+        errors=attempt_errors(dead.attempt_history, dead.error, dead.traceback)
+        or [task_error(dead.error, dead.traceback)],
     )
 
 

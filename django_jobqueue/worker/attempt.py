@@ -70,6 +70,8 @@ class Verdict:
     error: str = ""
     traceback: str = ""
     delay: Any = None
+    # The attempt ran past the job's time limit: its history entry says ``timeout``.
+    timed_out: bool = False
 
 
 class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
@@ -170,7 +172,7 @@ def timeout_verdict(job: Job, control: Any, attempt: Attempt | None) -> Verdict:
     elif attempt.died:
         error += f" (its child process was stopped: {attempt.died})"
     trace = attempt.verdict.traceback if attempt is not None else ""
-    return Verdict(Action.NACK, error=error, traceback=trace)
+    return Verdict(Action.NACK, error=error, traceback=trace, timed_out=True)
 
 
 def run_job(

@@ -319,7 +319,11 @@ class Executor:
                 return self._ack(job, verdict.result, duration, queried, wait), False
             if verdict.action is Action.FAIL:
                 failed = self.client.fail(
-                    job, worker_id=self.worker_id, error=verdict.error, traceback=verdict.traceback
+                    job,
+                    worker_id=self.worker_id,
+                    error=verdict.error,
+                    traceback=verdict.traceback,
+                    timed_out=verdict.timed_out,
                 )
                 return (Outcome.DEAD if failed else Outcome.LOST), False
             nacked = self.client.nack(
@@ -328,6 +332,7 @@ class Executor:
                 error=verdict.error,
                 traceback=verdict.traceback,
                 delay=verdict.delay,
+                timed_out=verdict.timed_out,
             )
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)

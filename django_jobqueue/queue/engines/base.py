@@ -63,6 +63,14 @@ class Engine:
     json_push_template: str = ""
     json_pop_template: str = ""
     clock_minus_template: str = ""
+    # An attempt history's pieces (``ops/history.py``): a JSON object of key, value
+    # pairs; a stored time as ISO 8601 text; the seconds from a stored time to now.
+    json_object: str = ""
+    iso_time_template: str = ""
+    seconds_since_template: str = ""
+    # The JSON array ``column`` with the JSON value ``value`` appended, its item at
+    # index 1 dropped first once it holds ``limit`` items (the first one is kept).
+    json_push_bounded_template: str = ""
 
     def now_plus(self, seconds_sql: str) -> str:
         """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""
@@ -83,6 +91,21 @@ class Engine:
     def json_pop(self, column: str) -> str:
         """SQL for the JSON array ``column`` less its last item."""
         return self.json_pop_template.format(column=column)
+
+    def iso_time(self, column: str) -> str:
+        """SQL for the time in ``column`` as ISO 8601 text with its UTC offset."""
+        return self.iso_time_template.format(column=column)
+
+    def seconds_since(self, column: str) -> str:
+        """SQL for the seconds from the time in ``column`` to now, to the millisecond."""
+        return self.seconds_since_template.format(column=column)
+
+    def json_push_bounded(self, column: str, value_sql: str, limit: int) -> str:
+        """SQL for the JSON array ``column`` with the JSON ``value_sql`` appended, at most ``limit`` long.
+
+        A full array loses its second item, so that its first one stays.
+        """
+        return self.json_push_bounded_template.format(column=column, value=value_sql, limit=int(limit))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.vendor}>"

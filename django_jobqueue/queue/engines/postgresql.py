@@ -32,3 +32,11 @@ class PostgreSQLEngine(Engine):
     now_plus_template = "(now() + ({seconds}) * interval '1 second')"
     json_push_template = "({column} || jsonb_build_array(({value})::text))"
     json_pop_template = "({column} - (-1))"
+    json_object = "jsonb_build_object"
+    # A timestamptz in jsonb is ISO 8601 with the session's offset (UTC under Django).
+    iso_time_template = "to_jsonb({column})"
+    seconds_since_template = "round(extract(epoch FROM now() - {column})::numeric, 3)"
+    json_push_bounded_template = (
+        "(CASE WHEN jsonb_array_length({column}) >= {limit} THEN {column} - 1 ELSE {column} END "
+        "|| jsonb_build_array({value}))"
+    )

@@ -26,3 +26,12 @@ class SQLiteEngine(Engine):
     )
     json_push_template = "json_insert({column}, '$[#]', {value})"
     json_pop_template = "json_remove({column}, '$[#-1]')"
+    json_object = "json_object"
+    # Stored as Django writes it on SQLite, in UTC (every job time is the engine's ``now``).
+    iso_time_template = "(replace({column}, ' ', 'T') || '+00:00')"
+    seconds_since_template = "round((julianday('now') - julianday({column})) * 86400.0, 3)"
+    # json() keeps the object an object: a plain text value would be inserted as a JSON string.
+    json_push_bounded_template = (
+        "json_insert(CASE WHEN json_array_length({column}) >= {limit} THEN json_remove({column}, '$[1]') "
+        "ELSE {column} END, '$[#]', json({value}))"
+    )

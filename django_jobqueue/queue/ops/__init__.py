@@ -2,9 +2,10 @@
 
 One module per stage: ``enqueue`` and ``copy`` (new jobs), ``claims`` (claim,
 ack, retry, bury, extend, release), ``upkeep`` (expired claims, pruning),
-``dead_letters``, ``operator`` (the admin's batches), ``pauses`` (queue
-pauses) and ``workers`` (worker rows); what they share is in ``tables``, and
-what differs per database in ``queue/engines``.
+``history`` (the attempt history's entry, which those write), ``dead_letters``,
+``operator`` (the admin's batches), ``pauses`` (queue pauses) and ``workers``
+(worker rows); what they share is in ``tables``, and what differs per database
+in ``queue/engines``.
 
 Each transition names the state it expects (and, for a claimed job, the claim
 it expects) in its ``WHERE`` clause, and reports whether it changed a row: a
@@ -37,6 +38,7 @@ from .dead_letters import (
     retry_dead_letter_batch,
 )
 from .enqueue import insert_jobs
+from .history import MAX_HISTORY, MAX_HISTORY_ERROR_CHARS, failure_outcome
 from .operator import JobChange, cancel_jobs, run_jobs_now
 from .pauses import pause_queue, paused_queues, resume_queue
 from .rounds import claim, claim_round
@@ -53,6 +55,8 @@ from .workers import (
 
 __all__ = [
     "CANCEL_CHANNEL",
+    "MAX_HISTORY",
+    "MAX_HISTORY_ERROR_CHARS",
     "NOTIFY_CHANNEL",
     "ROWS_PER_STATEMENT",
     "DeletedDeadLetter",
@@ -75,6 +79,7 @@ __all__ = [
     "ended_claims",
     "extend",
     "extend_claims",
+    "failure_outcome",
     "insert_jobs",
     "live_worker",
     "pause_queue",

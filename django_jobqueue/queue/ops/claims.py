@@ -14,6 +14,7 @@ from django.db import connections
 
 from ..engines import Engine, engine_for
 from ..native import run_bound
+from . import history
 from .dead_letters import move_to_dead_letters
 from .tables import HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine, marks
 
@@ -101,15 +102,18 @@ def complete_arrays_statement(
     return sql, [ids, tokens, worker_id]
 
 
-def retry_later(using: str, fence: Fence, delay: float, error: str, traceback: str) -> bool:
-    """running -> ready after ``delay`` seconds; False if this claim is no longer current."""
+def retry_later(
+    using: str, fence: Fence, delay: float, error: str, traceback: str, outcome: str = history.RETRY
+) -> bool:
+    """running -> ready after ``delay`` seconds, the attempt's ``outcome`` added to the job's history;
+    False, changing nothing, if this claim is no longer current."""
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
     cursor.execute(
         f"UPDATE {JOB} SET status = 'ready', run_at = {engine.now_plus('%s')}, "
-        f"locked_by = NULL, locked_until = NULL, last_error = %s, last_traceback = %s "
-        f"WHERE {where}",
-        [delay, error, traceback, *params],
+        f"locked_by = NULL, locked_until = NULL, last_error = %s, last_traceback = %s, "
+        f"attempt_history = {history.pushed_entry(engine, outcome, '%s')} WHERE {where}",
+        [delay, error, traceback, error, *params],
     )
     return cursor.rowcount == 1
 
@@ -123,13 +127,18 @@ def attempts_of(using: str, fence: Fence) -> tuple[int, int] | None:
     return (row[0], row[1]) if row else None
 
 
-def bury(using: str, fence: Fence, error: str, traceback: str) -> bool:
-    """running -> dead letter; False if this claim is no longer current."""
+def bury(using: str, fence: Fence, error: str, traceback: str, outcome: str = history.DEAD) -> bool:
+    """running -> dead letter, the attempt's ``outcome`` added to the history it takes along;
+    False, changing nothing, if this claim is no longer current."""
     where, params = fence.where()
     # FOR UPDATE waits for a concurrent completion of the same job, then
     # re-checks the fence, so a job is never both acked and dead-lettered.
-    lock = engine_for(connections[using]).for_update
-    return move_to_dead_letters(using, "%s", "%s", where, lock, [error, traceback, *params]) == 1
+    engine = engine_for(connections[using])
+    entry = history.pushed_entry(engine, outcome, "%s")
+    moved = move_to_dead_letters(
+        using, "%s", "%s", entry, where, engine.for_update, [error, traceback, error, *params]
+    )
+    return moved == 1
 
 
 def extend(using: str, fence: Fence, seconds: float) -> bool:

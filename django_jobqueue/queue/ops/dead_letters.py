@@ -29,11 +29,13 @@ from .tables import (
 
 
 def move_to_dead_letters(
-    using: str, error_sql: str, traceback_sql: str, where: str, lock: str, params: list[Any]
+    using: str, error_sql: str, traceback_sql: str, history_sql: str, where: str, lock: str, params: list[Any]
 ) -> int:
     """Copy the job rows matching ``where`` to the dead letters and delete them, atomically.
 
-    ``params`` fill ``error_sql``, ``traceback_sql`` and ``where``, in that order.
+    ``history_sql`` is the attempt history the dead letter keeps (the job's,
+    with its last attempt's entry: ``history.pushed_entry``). ``params`` fill
+    ``error_sql``, ``traceback_sql``, ``history_sql`` and ``where``, in that order.
     """
     cursor, engine = cursor_and_engine(using)
     with transaction.atomic(using=using):
@@ -41,11 +43,12 @@ def move_to_dead_letters(
         cursor.execute(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
-            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids) "
+            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, "
+            "attempt_history) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
-            "started_at, last_attempted_at, task_backend, worker_ids "
+            f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql} "
             f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
             params,
         )
@@ -61,14 +64,15 @@ def _revive_sql(engine: Engine) -> str:
     """``INSERT ... SELECT`` of dead letters as ready jobs, attempts reset; the caller adds WHERE.
 
     The first enqueue time, the time limit, the concurrency key and limit and
-    the last error are kept; the unique key is not (a live job may hold it by
-    now). The key is no such hazard: it only limits how many run at once.
+    the last error and the attempt history (which goes on from there) are kept;
+    the unique key is not (a live job may hold it by now). The key is no such
+    hazard: it only limits how many run at once.
     """
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
-        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD}"
+        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, attempt_history FROM {DEAD}"
     )
 
 

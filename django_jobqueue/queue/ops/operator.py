@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
+from . import history
 from .tables import JOB, LIVE, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
@@ -74,12 +75,16 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
     cursor, engine = cursor_and_engine(using)
     # Where a notification is sent, it commits with the cancel, or neither does.
     with transaction.atomic(using=using) if engine.supports_listen_notify else nullcontext():
+        # A running job's attempt ends here: its history entry is written with the cancel.
+        ended = history.pushed_entry(engine, history.CANCELLED, "''")
+        attempts = f"CASE WHEN status = 'running' THEN {ended} ELSE attempt_history END"
         # A running job keeps its owner and a ready one has none (every way back
         # to ready clears it; the CASE makes sure): the owner returned after the
         # update tells which jobs were running, in this one statement on every database.
         cursor.execute(
             f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now}, locked_until = NULL, "
-            "locked_by = CASE WHEN status = 'running' THEN locked_by END "
+            "locked_by = CASE WHEN status = 'running' THEN locked_by END, "
+            f"attempt_history = {attempts} "
             f"WHERE id IN ({marks(job_ids)}) AND status IN {LIVE} "
             "RETURNING id, name, queue, locked_by IS NOT NULL",
             list(job_ids),

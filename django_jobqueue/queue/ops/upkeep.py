@@ -10,6 +10,7 @@ from django.db import connections
 
 from ..engines import Engine, engine_for
 from ..flow import RATE_UNITS
+from . import history
 from .dead_letters import move_to_dead_letters
 from .limited import STARTS
 from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine
@@ -70,6 +71,7 @@ def _bury_expired(using: str) -> int:
         # The expiry itself has no traceback; an earlier attempt's is worth keeping, labelled.
         "CASE WHEN last_traceback = '' THEN '' "
         "ELSE 'Traceback of an earlier attempt (' || last_error || '):\n' || last_traceback END",
+        history.pushed_entry(engine, history.LOST, _expired_error_sql()),
         f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked})",
         "",
         [],
@@ -81,6 +83,7 @@ def _rescue_expired(using: str) -> int:
     where = f"{_expired(engine)} AND attempts < max_attempts"
     cursor.execute(
         f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql()}, "
+        f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql())}, "
         "locked_by = NULL, locked_until = NULL "
         f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked})",
         [],
