@@ -232,8 +232,11 @@ def test_over_http_a_scraper_sees_a_real_workers_running_job(
         status, _, body = http_get(url, token)
         assert status == 200, body
         samples = parse(body)
-        key = ("jobqueue_queue_jobs", frozenset({"queue": "http", "state": "running"}.items()))
-        return samples if samples.get(key) == 1 else None
+        # The figures are read one statement after another: a sample may read "ready" just
+        # before the claim commits and "running" just after it, so wait for both.
+        running_key = ("jobqueue_queue_jobs", frozenset({"queue": "http", "state": "running"}.items()))
+        ready_key = ("jobqueue_queue_jobs", frozenset({"queue": "http", "state": "ready"}.items()))
+        return samples if samples.get(running_key) == 1 and samples.get(ready_key) == 0 else None
 
     samples = wait_until(running, timeout=30, message="the worker's job counted as running")
     assert value(samples, "jobqueue_workers_alive") == 1
