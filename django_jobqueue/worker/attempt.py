@@ -70,6 +70,7 @@ class Verdict:
     error: str = ""
     traceback: str = ""
     delay: Any = None
+    timed_out: bool = False  # the attempt ran past its timeout: the metrics count it so
 
 
 class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
@@ -170,7 +171,7 @@ def timeout_verdict(job: Job, control: Any, attempt: Attempt | None) -> Verdict:
     elif attempt.died:
         error += f" (its child process was stopped: {attempt.died})"
     trace = attempt.verdict.traceback if attempt is not None else ""
-    return Verdict(Action.NACK, error=error, traceback=trace)
+    return Verdict(Action.NACK, error=error, traceback=trace, timed_out=True)
 
 
 def run_job(
