@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -200,8 +201,11 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
 def measure_against(cfg: dict[str, Any], samples: Samples) -> None:
     """The thread pool's no-op drains of this tree and of another commit's, taking turns run by run.
 
-    Each tree fills and drains a database of its own (``bench/against.py``).
+    Each tree fills and drains a database of its own (``bench/against.py``). ``BENCH_HERE_ARGS``
+    (split as a shell would) adds options to this tree's workers alone, to measure what one costs:
+    ``BENCH_HERE_ARGS="--metrics-port 19100"``.
     """
+    here_args = shlex.split(os.environ.get("BENCH_HERE_ARGS", ""))
     urls = cfg["against"]["databases"]
     roots = {"here": ROOT, "there": Path(cfg["against"]["tree"])}
     n_drain = cfg["drain_jobs"]
@@ -212,7 +216,8 @@ def measure_against(cfg: dict[str, Any], samples: Samples) -> None:
             turns = ["here", "there"] if run % 2 == 0 else ["there", "here"]
             for side in turns:
                 against.fill(roots[side], urls[side], n_drain)
-                result = drain([f"--concurrency={concurrency}"], worker_env(urls[side]), root=roots[side])
+                args = [f"--concurrency={concurrency}", *(here_args if side == "here" else [])]
+                result = drain(args, worker_env(urls[side]), root=roots[side])
                 check_drained(result.done, n_drain, concurrency)
                 samples[f"{side}_drain_c{concurrency}"].append(result.rate)
             here = samples[f"here_drain_c{concurrency}"][-1]

@@ -113,6 +113,8 @@ TASKS = {
     }
 }
 
+# JOBQUEUE_PROJECT_LOGGING=0 leaves LOGGING unset, as on a fresh startproject site: runworker then
+# prints through its own console handler (the tests of --log-format json).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -125,3 +127,5 @@ LOGGING = {
         }
     },
 }
+if not env.bool("JOBQUEUE_PROJECT_LOGGING", default=True):
+    del LOGGING

@@ -103,6 +103,8 @@ class Completer(Service):
         self.on_written = on_written
         self._pending: queue.SimpleQueue[PendingAck] = queue.SimpleQueue()
         self.reporter = Reporter()
+        # runworker --metrics-port's: told how many acks each of its own batches sent.
+        self.on_batch: Callable[[int], None] | None = None
         self._accepting = True
         self._lock = threading.Lock()
 
@@ -167,6 +169,8 @@ class Completer(Service):
         except BaseException as exc:  # noqa: B036 - a waiting slot must never hang on a lost batch
             self.fail(batch, exc)
             raise
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
         self.settle(batch, acked)
 
     def _close(self) -> None:

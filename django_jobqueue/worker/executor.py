@@ -28,6 +28,11 @@ attempt is due, a dead job where it went::
 
 A job handed back at shutdown logs how long it had been running (0 if it
 never started).
+
+The line's fields also ride on the record as ``job_fields`` (a dict), which
+``runworker --log-format json`` prints as one object (``logformat.py``). Each
+outcome is also told to the executor's ``observer`` (``runworker
+--metrics-port``: ``metrics.py``), if it has one.
 """
 
 from __future__ import annotations
@@ -125,6 +130,14 @@ class QueryProbe:
         return execute(sql, params, many, context)
 
 
+class OutcomeObserver(Protocol):
+    """Told of every outcome the executor logs, and of each ack a slot wrote itself."""
+
+    def job_finished(self, job: Job, outcome: Outcome, duration: float, timed_out: bool) -> None: ...
+
+    def slot_acked(self) -> None: ...
+
+
 class Runner(Protocol):
     """Runs a job's code somewhere other than the calling thread: a child process (``pool.py``)."""
 
@@ -157,6 +170,8 @@ class Executor:
         # runs to its end whatever its timeout.
         self.watchdog = watchdog
         self.cancel_grace = cancel_grace
+        # runworker --metrics-port's: counts each outcome. None costs one comparison per job.
+        self.observer: OutcomeObserver | None = None
 
     def run(self, job: Job, runner: Runner | None = None) -> Outcome:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
@@ -244,7 +259,7 @@ class Executor:
         while again and self._sat_out(f"job {job.pk}'s outcome could not be recorded"):
             outcome, again = self._record(job, verdict, duration, queried, wait)
         if outcome is not Outcome.PENDING:
-            self._log(job, duration, outcome, verdict.error, verdict.delay)
+            self._log(job, duration, outcome, verdict.error, verdict.delay, timed_out=verdict.timed_out)
             if task_run is not None:
                 task_run.finish(outcome, verdict.result, verdict.error, verdict.traceback)
         return outcome
@@ -266,7 +281,7 @@ class Executor:
         verdict = self._with_backoff(job, timeout_verdict(job, control, None))
         outcome, _again = self._record(job, verdict, duration, queried=True, wait=False)
         control.outcome = outcome
-        self._log(job, duration, outcome, verdict.error, verdict.delay)
+        self._log(job, duration, outcome, verdict.error, verdict.delay, timed_out=True)
         return True
 
     def hand_back(self, job: Job) -> Outcome:
@@ -367,6 +382,8 @@ class Executor:
                 if completer.submit(job, result, answer.report):
                     return answer.wait()
         acked = self.client.ack(job, worker_id=self.worker_id, result=result)
+        if self.observer is not None:
+            self.observer.slot_acked()
         return Outcome.DONE if acked else Outcome.LOST
 
     def _reporter(self, job: Job, duration: float) -> Report:
@@ -392,17 +409,43 @@ class Executor:
         )
 
     def _log(
-        self, job: Job, duration: float, outcome: Outcome, error: str, next_attempt_in: float | None = None
+        self,
+        job: Job,
+        duration: float,
+        outcome: Outcome,
+        error: str,
+        next_attempt_in: float | None = None,
+        *,
+        timed_out: bool = False,
     ) -> None:
+        if self.observer is not None:
+            self.observer.job_finished(job, outcome, duration, timed_out)
         level = OUTCOME_LOG_LEVELS.get(outcome, logging.WARNING)
+        if not logger.isEnabledFor(level):
+            return
         first_line = error.splitlines()[0] if error.strip() else ""
         if len(first_line) > LOGGED_ERROR_CHARS:  # the stored error keeps more
             first_line = first_line[:LOGGED_ERROR_CHARS] + "..."
         suffix = f" error={first_line!r}" if first_line else ""
+        due_in = next_attempt_in if outcome is Outcome.RETRY else None
         if outcome is Outcome.DEAD:
             suffix = f" moved_to=dead_letters{suffix}"
-        elif outcome is Outcome.RETRY and next_attempt_in is not None:
-            suffix = f" next_attempt_in={next_attempt_in:.3f}s{suffix}"
+        elif due_in is not None:
+            suffix = f" next_attempt_in={due_in:.3f}s{suffix}"
+        fields = {
+            "event": "job",
+            "name": job.name,
+            "id": job.pk,
+            "queue": job.queue,
+            "attempt": job.attempts,
+            "max_attempts": job.max_attempts,
+            "duration": round(duration, 6),
+            "outcome": str(outcome),
+            "error": first_line or None,
+            "next_attempt_in": None if due_in is None else round(due_in, 3),
+            "moved_to": "dead_letters" if outcome is Outcome.DEAD else None,
+            "worker_id": self.worker_id,
+        }
         logger.log(
             level,
             "job %s id=%s attempt=%s/%s duration=%.3fs outcome=%s%s",
@@ -413,4 +456,5 @@ class Executor:
             duration,
             outcome,
             suffix,
+            extra={"job_fields": fields},
         )

@@ -63,6 +63,8 @@ class Heartbeat(Service):
         self._unheld: set[tuple[int, int]] = set()
         self._next_beat = 0.0  # monotonic time of the beat the thread waits for (0: not started)
         self._reported_lost: set[tuple[int, int]] = set()
+        # runworker --metrics-port's: told of each beat that reached the database (health's clock).
+        self.on_beat: Callable[[], None] | None = None
 
     def nudge_for(self, jobs: Sequence[Job]) -> None:
         """Wake the heartbeat if ``jobs``, just started, need a beat before the one it waits for.
@@ -83,6 +85,8 @@ class Heartbeat(Service):
                 try:
                     self.beat(jobs)
                     outage.recovered()
+                    if self.on_beat is not None:
+                        self.on_beat()
                     next_beat = time.monotonic() + interval
                 except DATABASE_ERRORS as exc:
                     next_beat = time.monotonic() + min(interval, outage.failed(exc))

@@ -1,4 +1,10 @@
-"""Back off and reconnect after a database call fails, instead of crashing or spinning."""
+"""Back off and reconnect after a database call fails, instead of crashing or spinning.
+
+Each failure, and the first success after failures, is told to the listeners
+``listen`` added (runworker's metrics and health, ``metrics.py``), with the
+duty's name: ``claiming``, ``heartbeat``, ``registering``, ``ticker``,
+``scheduler``, ``cancel watch``, ``slot connection``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
@@ -24,6 +31,23 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceErr
 
 FIRST_DELAY = 0.25  # seconds: a terminated backend is usually back at once
 MAX_DELAY = 30.0
+
+# Told (duty, error) of each failure and (duty, None) of a recovery.
+Listener = Callable[[str, "BaseException | None"], None]
+# A tuple replaced whole, so that a thread reading it never sees it change under it.
+_listeners: tuple[Listener, ...] = ()
+
+
+def listen(listener: Listener) -> Callable[[], None]:
+    """Tell ``listener`` of every duty's failures and recoveries; return what stops it."""
+    global _listeners
+    _listeners = (*_listeners, listener)
+
+    def stop() -> None:
+        global _listeners
+        _listeners = tuple(other for other in _listeners if other is not listener)
+
+    return stop
 
 
 class Outage:
@@ -52,12 +76,17 @@ class Outage:
             str(exc).strip(),
         )
         close_connection(self.using)
+        for listener in _listeners:
+            listener(self.duty, exc)
         return delay
 
     def recovered(self) -> None:
+        # Called after every successful call of a loop: nothing to do unless it had failed.
         if self.failures:
             logger.info("%s: database reachable again after %s failure(s)", self.duty, self.failures)
             self.failures = 0
+            for listener in _listeners:
+                listener(self.duty, None)
 
 
 def close_connection(using: str) -> None:

@@ -42,6 +42,11 @@ class Service:
             self._nudged.set()
 
     @property
+    def alive(self) -> bool:
+        """Whether the loop's thread runs now (False before ``start()`` and once it ended)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 

@@ -28,6 +28,10 @@ of those still running are released (ready again, the attempt not counted)
 and the process exits 0, leaving their threads behind (their code told to
 stop; a child still running one is killed). ``--max-jobs`` and
 ``--burst`` stop claiming the same way but wait for every running job.
+
+With ``--metrics-port`` the worker serves ``/metrics`` and ``/healthz``
+(``metrics.py``, ``health.py``); without it neither module is imported, and
+the hooks below cost one ``None`` comparison each.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
@@ -52,7 +57,7 @@ from .completer import Completer, PendingAck
 from .control import RunControl, StopReason
 from .executor import DEFAULT_CANCEL_GRACE, Executor
 from .heartbeat import Heartbeat
-from .outage import DATABASE_ERRORS, Outage, Shortage
+from .outage import DATABASE_ERRORS, Outage, Shortage, listen
 from .outcomes import Outcome
 from .pool import Child, ChildLimits, ChildStartError
 from .running import RunningJobs
@@ -62,6 +67,10 @@ from .signals import StopSignals
 from .ticker import WORKER_STALE_AFTER, Ticker, tick_interval
 from .wakeup import Wakeup
 from .watchdog import Attempts, CancelWatch, Watchdog
+
+if TYPE_CHECKING:
+    from .health import Health, MetricsServer
+    from .metrics import WorkerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +105,8 @@ class WorkerConfig:
     cancel_grace: float = DEFAULT_CANCEL_GRACE  # seconds a job told to stop gets before it is forced
     child_limits: ChildLimits = ChildLimits()  # --pool processes: when a child is replaced
     verbosity: int = 1  # -v, for the children's console lines
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no /metrics nor /healthz
 
     @property
     def slot_range(self) -> SlotRange:
@@ -152,6 +163,29 @@ class Supervisor:
                 config.slot_range, config.resize_interval, config.shrink_after, time.monotonic()
             )
         self._row_slots = config.concurrency  # what the worker row says, for the admin
+        self._claimer: threading.Thread | None = None  # the thread of run()
+        self.metrics: WorkerMetrics | None = None
+        self.health: Health | None = None
+        self._server: MetricsServer | None = None
+        if config.metrics_port:
+            self._observe()
+
+    def _observe(self) -> None:
+        """Keep the worker's series, and prepare the endpoint that serves them and its health."""
+        from .health import Health, MetricsServer
+        from .metrics import WorkerMetrics
+
+        metrics = WorkerMetrics(self.executor.attempts, self.config.concurrency)
+        self.metrics = metrics
+        self.executor.observer = metrics
+        self.completer.on_batch = metrics.completer_acked
+        self.heartbeat.on_beat = metrics.heartbeat_beat
+        self.health = Health(metrics, self._vital_threads)
+        self._server = MetricsServer(self.config.metrics_host, self.config.metrics_port, metrics, self.health)
+
+    def _vital_threads(self) -> dict[str, bool]:
+        claimer = self._claimer
+        return {"claimer": claimer is not None and claimer.is_alive(), "heartbeat": self.heartbeat.alive}
 
     # -- control ---------------------------------------------------------------
 
@@ -195,9 +229,16 @@ class Supervisor:
 
     def run(self) -> None:
         """Work until stopped, then set ``clean``."""
+        self._claimer = threading.current_thread()
+        if not self._serve():
+            self.clean = True
+            return
+        stop_listening = listen(self.metrics.database_failed) if self.metrics is not None else None
         try:
             if self._register_until_stopped() and self._start_children():
                 self._start()
+                if self.health is not None:
+                    self.health.started = True
                 try:
                     self._claim_loop()
                 finally:
@@ -207,9 +248,31 @@ class Supervisor:
             else:
                 self.clean = True
         finally:
+            if stop_listening is not None:
+                stop_listening()
+            if self._server is not None:
+                self._server.stop()
             connections.close_all()
 
     # -- start -----------------------------------------------------------------
+
+    def _serve(self) -> bool:
+        """Start serving /metrics and /healthz, if asked; False (``refused`` says why) if it cannot."""
+        server = self._server
+        if server is None:
+            return True
+        try:
+            server.start()
+        except OSError as exc:
+            self.refused = f"--metrics-port: cannot listen on {server.host}:{server.port}: {exc}"
+            return False
+        logger.info(
+            "worker %s: metrics on %s/metrics, health on %s/healthz",
+            self.config.worker_id,
+            server.address,
+            server.address,
+        )
+        return True
 
     def _register_until_stopped(self) -> bool:
         outage = Outage("registering", self.config.using)
@@ -335,6 +398,8 @@ class Supervisor:
         if self.shares is not None and free > 0:
             self.shares.refill(self.wakeup.take_notified())
             plan = self.shares.plan(free, ask_all=idle)
+        metrics = self.metrics
+        started = time.monotonic() if metrics is not None else 0.0
         try:
             acked, claimed = self.client.ack_and_claim(
                 [(pending.job, pending.result) for pending in acks],
@@ -346,6 +411,8 @@ class Supervisor:
         except BaseException as exc:  # noqa: B036 - the slots waiting on these acks must hear of it
             self.completer.fail(acks, exc)
             raise
+        if metrics is not None:
+            metrics.claim_round(time.monotonic() - started, claimed, len(acks))
         self.completer.settle(acks, acked)
         if free <= 0:
             return claimed, False
@@ -386,6 +453,8 @@ class Supervisor:
                 self.config.slot_range,
             )
         self._record_slots()
+        if self.metrics is not None:
+            self.metrics.set_slots(self._slot_count)
 
     def _grow(self, target: int) -> None:
         """Start slots (and their children) up to ``target``; fewer if a child cannot start."""

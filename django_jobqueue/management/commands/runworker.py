@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from argparse import ArgumentParser, ArgumentTypeError
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from ...queue.flow import configured_limits
 from ...queue.validation import check_poll_interval, check_queue, check_visibility_timeout, check_worker_id
 from ...schedules import ScheduleError, declared_schedules
 from ...worker.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
-from ...worker.console import console_logging
+from ...worker.console import LOG_FORMATS, console_logging
 from ...worker.executor import DEFAULT_CANCEL_GRACE
 from ...worker.pool import ChildLimits
 from ...worker.supervisor import WorkerConfig, default_worker_id, run_worker
@@ -32,6 +33,7 @@ MAX_CONCURRENCY = 1000
 # Waits beyond a day overflow timers, and outlast any process manager's patience.
 MAX_SHUTDOWN_TIMEOUT = 86400.0
 POOLS = ("threads", "processes")
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 def queue_and_weight(text: str) -> tuple[str, int]:
@@ -111,6 +113,28 @@ def shutdown_seconds(value: float) -> float:
     if not 0 <= value <= MAX_SHUTDOWN_TIMEOUT:  # False for NaN too
         raise ValueError(f"must be from 0 to {MAX_SHUTDOWN_TIMEOUT:g} seconds, got {value}")
     return value
+
+
+def metrics_port(text: str) -> int:
+    """A TCP port, or 0 for no metrics endpoint."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"must be a TCP port from 1 to 65535 (or 0: off), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise ArgumentTypeError(f"must be a TCP port from 1 to 65535 (or 0: off), got {value}")
+    return value
+
+
+def metrics_host(text: str) -> str:
+    """An address to listen on: a name that resolves, or an IPv4 or IPv6 address."""
+    if not text.strip():
+        raise ArgumentTypeError("must be a host name or an address, got an empty string")
+    try:
+        socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ArgumentTypeError(f"cannot resolve {text!r}: {exc}") from None
+    return text
 
 
 def megabytes(text: str) -> int:
@@ -224,6 +248,27 @@ class Command(BaseCommand):
             help="--pool processes: replace a child after a job that left it above this resident memory.",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=metrics_port,
+            default=0,
+            metavar="PORT",
+            help="Serve Prometheus metrics on /metrics and a health check on /healthz at this port "
+            "(default 0: off). See docs/observability.md.",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            type=metrics_host,
+            metavar="HOST",
+            help=f"The address --metrics-port listens on (default {DEFAULT_METRICS_HOST}: this machine "
+            "only; 0.0.0.0 or :: for every interface).",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=LOG_FORMATS,
+            default="text",
+            help="The worker's console lines: text (the default) or json, one object per line.",
+        )
+        parser.add_argument(
             "--database",
             type=database_alias,
             help="The database alias of the queue. Default: JOBQUEUE['DATABASE'].",
@@ -232,7 +277,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         config = self.config(options)
         # call_command(stderr=...) hands its stream over; from a shell it is the process's own.
-        with console_logging(options.get("stderr") or sys.stderr, options["verbosity"]):
+        stream = options.get("stderr") or sys.stderr
+        with console_logging(stream, options["verbosity"], options.get("log_format") or "text"):
             self.run(config)
 
     def run(self, config: WorkerConfig) -> None:
@@ -277,6 +323,10 @@ class Command(BaseCommand):
         if pool != "processes" and limits != ChildLimits():
             raise CommandError("--max-jobs-per-child and --max-memory-per-child need --pool processes")
         slots = self.slot_range(options)
+        port = options.get("metrics_port") or 0
+        host = options.get("metrics_host")
+        if host is not None and not port:
+            raise CommandError("--metrics-host needs --metrics-port")
         return WorkerConfig(
             worker_id=worker_id,
             using=using,
@@ -296,6 +346,8 @@ class Command(BaseCommand):
             cancel_grace=options.get("cancel_grace", DEFAULT_CANCEL_GRACE),
             child_limits=limits,
             verbosity=options.get("verbosity", 1),
+            metrics_host=host or DEFAULT_METRICS_HOST,
+            metrics_port=port,
         )
 
     @staticmethod
