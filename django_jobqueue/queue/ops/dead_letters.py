@@ -41,11 +41,11 @@ def move_to_dead_letters(
         cursor.execute(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
-            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids) "
+            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, progress) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
-            "started_at, last_attempted_at, task_backend, worker_ids "
+            "started_at, last_attempted_at, task_backend, worker_ids, progress "
             f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
             params,
         )
@@ -63,12 +63,13 @@ def _revive_sql(engine: Engine) -> str:
     The first enqueue time, the time limit, the concurrency key and limit and
     the last error are kept; the unique key is not (a live job may hold it by
     now). The key is no such hazard: it only limits how many run at once.
+    The last progress is kept, for a job that resumes from it.
     """
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, progress) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
-        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD}"
+        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, progress FROM {DEAD}"
     )
 
 
