@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 from django.utils.html import format_html
@@ -116,3 +116,72 @@ def cut(text: str | None) -> SafeString | str:
     if not text:
         return EMPTY
     return format_html('<span class="jq-cut" title="{}">{}</span>', text, text)
+
+
+def progress_label(progress: Any) -> str:
+    """A job's ``ctx.progress()`` report in words: ``42 / 100 (42%) — copying``; ``—`` for none.
+
+    A ``current`` past ``total`` (an estimate that fell short) shows 100%.
+    """
+    parts = _progress_parts(progress)
+    if parts is None:
+        return EMPTY
+    current, total, message = parts
+    text = _number(current)
+    if total is not None:
+        text += f" / {_number(total)} ({_percent(current, total)}%)"
+    return f"{text} — {message}" if message else text
+
+
+def progress_bar(progress: Any) -> SafeString | str:
+    """A ``<progress>`` bar with its label (the message escaped: it is the job's data); ``—`` for none.
+
+    Without a total the bar is indeterminate: it shows work goes on, not how much is left.
+    """
+    parts = _progress_parts(progress)
+    if parts is None:
+        return EMPTY
+    current, total, _message = parts
+    label = progress_label(progress)
+    if total is None:
+        bar = format_html('<progress class="jq-progress" aria-label="{}"></progress>', label)
+    else:
+        shown = min(current, total)
+        bar = format_html(
+            '<progress class="jq-progress" max="{}" value="{}" aria-label="{}"></progress>',
+            total,
+            shown,
+            label,
+        )
+    return format_html(
+        '<span class="jq-progress-row">{} <span class="jq-progress-label">{}</span></span>', bar, label
+    )
+
+
+def _progress_parts(progress: Any) -> tuple[float, float | None, str] | None:
+    """``(current, total, message)`` of a stored report, or None for none or one of another shape.
+
+    The column is JSON anyone may write (a custom worker, a migration): a value
+    that is not what ``ctx.progress()`` stores shows as no progress, not an error page.
+    """
+    if not isinstance(progress, dict):
+        return None
+    current, total, message = progress.get("current"), progress.get("total"), progress.get("message")
+    if not _is_count(current) or (total is not None and not (_is_count(total) and total > 0)):
+        return None
+    return cast(float, current), cast(float | None, total), message if isinstance(message, str) else ""
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+    return f"{int(value):,}"
+
+
+def _percent(current: float, total: float) -> int:
+    # Floored, so that 99.6% never reads "100%" while work is left.
+    return min(100, int(current * 100 // total))

@@ -31,6 +31,7 @@ from .display import (
     preformatted,
     pretty_json,
     pretty_payload,
+    progress_bar,
     relative,
     seconds,
     time_limit,
@@ -53,6 +54,7 @@ class JobAdmin(OperatorAdmin):
         "job_status",
         "job_priority",
         "attempts_of_max",
+        "progress_of_running",
         "due",
         "age",
     )
@@ -137,6 +139,11 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="attempts")
     def attempts_of_max(self, job: Job) -> str:
         return f"{job.attempts} / {job.max_attempts}"
+
+    @admin.display(description="progress")
+    def progress_of_running(self, job: Job) -> SafeString | str:
+        # The row is loaded whole already: no query per row. Only a running job's progress is news.
+        return progress_bar(job.progress) if job.status == JobStatus.RUNNING else EMPTY
 
     @admin.display(description="run at")
     def due(self, job: Job) -> SafeString | str:

@@ -24,9 +24,11 @@ from .preparation import Item, copyable, prepare_job, prepared
 from .validation import (
     MAX_ERROR_CHARS,
     MAX_TRACEBACK_CHARS,
+    check_progress,
     check_queue,
     check_worker_id,
     clean_text,
+    encode_progress,
     encode_result,
     to_seconds,
 )
@@ -314,6 +316,23 @@ class QueueClient:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
         claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
         return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout))
+
+    def record_progress(
+        self, reports: Sequence[tuple[Job, Mapping[str, Any]]], *, worker_id: str
+    ) -> set[tuple[int, int]]:
+        """Store each running job's progress ``{"current", "total", "message"}``: one statement.
+
+        Each report is fenced by its own claim, as ``ack_many`` is: one whose
+        claim is no longer current (expired and re-claimed, cancelled,
+        finished) changes nothing and is missing from the returned
+        ``(id, claim_token)`` pairs. Raise ``TypeError`` or ``ValueError``
+        (see ``check_progress``) for a bad value, before any write.
+        """
+        rows = [
+            (_as_id(job.pk), job.claim_token, encode_progress(check_progress(**progress)))
+            for job, progress in reports
+        ]
+        return ops.record_progress(self.using, check_worker_id(worker_id), rows) if rows else set()
 
     def ended_claims(self, jobs: Sequence[Job]) -> dict[int, str]:
         """Which claims of running ``jobs`` (as ``pull`` returned them) have ended: a worker's cancel watch.

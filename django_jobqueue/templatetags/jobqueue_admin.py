@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import template
+from django.utils.safestring import SafeString
 
-from ..admin.display import EMPTY
+from ..admin.display import EMPTY, progress_bar
 from ..admin.display import timestamp as format_timestamp
 from ..stats import format_age
 
@@ -29,3 +31,9 @@ def age(seconds: float | None) -> str:
 def timestamp(value: datetime | None) -> str:
     """A date as every admin page writes it: ``2026-12-01 10:30:04``, in the current time zone."""
     return format_timestamp(value)
+
+
+@register.filter
+def job_progress(value: Any) -> SafeString | str:
+    """A job's stored ``ctx.progress()`` report as a bar with its label (``display.progress_bar``)."""
+    return progress_bar(value)

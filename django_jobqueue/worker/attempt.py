@@ -59,6 +59,7 @@ from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
 from .context import JobContext
 from .outcomes import Action
+from .progress import ProgressReport
 
 
 @dataclass(frozen=True)
@@ -181,11 +182,13 @@ def run_job(
     client: QueueClient,
     stopped: Callable[[], bool],
     guard: AbstractContextManager[Any] | None = None,
+    report: ProgressReport | None = None,
 ) -> Attempt:
     """Call ``job``'s function (or Django Task) with its payload; return the verdict, never raise.
 
     ``guard`` is entered around the job's own code alone (the thread pool's
-    interruptible section); ``stopped`` is what ``ctx.cancelled`` reads.
+    interruptible section); ``stopped`` is what ``ctx.cancelled`` reads, and
+    ``report`` what ``ctx.progress`` calls.
     """
     task_run = None
     spec = None
@@ -199,7 +202,7 @@ def run_job(
                 result = task_run.call()
             else:
                 spec = _spec(job, worker_id)
-                result = _call(job, spec, worker_id, client, stopped)
+                result = _call(job, spec, worker_id, client, stopped, report)
     except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
         fail_on = spec.fail_on if spec is not None else ()
         verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
@@ -217,14 +220,19 @@ def _spec(job: Job, worker_id: str) -> registry.JobSpec:
 
 
 def _call(
-    job: Job, spec: registry.JobSpec, worker_id: str, client: QueueClient, stopped: Callable[[], bool]
+    job: Job,
+    spec: registry.JobSpec,
+    worker_id: str,
+    client: QueueClient,
+    stopped: Callable[[], bool],
+    report: ProgressReport | None,
 ) -> Any:
     problem = spec.payload_problem(job.payload)
     if problem is not None:
         raise PayloadMismatch(problem)
     func: Callable[..., Any] = spec.func
     if spec.takes_context:
-        return func(JobContext(job, worker_id, client, stopped), **job.payload)
+        return func(JobContext(job, worker_id, client, stopped, report), **job.payload)
     return func(**job.payload)
 
 

@@ -15,6 +15,12 @@ manager's stop reaches the whole process group, and it is the parent that
 decides how its jobs end (letting them finish, or handing them back).
 ``SIGUSR1`` is its parent's interruption, through the watcher thread: the job
 gets ``JobTimeout`` raised, even inside a ``sleep``.
+
+A job's ``ctx.progress()`` reports go to the parent on the pipe the verdict
+comes back on, as ``ProgressNote`` messages, at most one per
+``NOTE_INTERVAL``; the last report not sent rides with the ``Answer``. The
+parent's slot thread keeps them in memory and its progress writer writes them
+(``progress.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing import parent_process
 from multiprocessing.connection import Connection, wait
@@ -45,6 +52,9 @@ logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 # The exit status of a child whose parent went away.
 ORPHANED = 70
+# Seconds between two progress notes of a job: a quarter of the parent's write interval, so that
+# what the parent writes is at most that much older than the job's latest report.
+NOTE_INTERVAL = 0.25
 
 
 @dataclass
@@ -53,6 +63,14 @@ class Answer:
 
     attempt: Attempt
     rss: int  # bytes resident after the job
+    progress: dict[str, Any] | None = None  # the job's last ctx.progress() report, if not sent yet
+
+
+@dataclass
+class ProgressNote:
+    """A running job's latest ``ctx.progress()`` report, sent before its ``Answer``."""
+
+    value: dict[str, Any]
 
 
 class _Running:
@@ -92,7 +110,7 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
             return  # the parent is gone
         if job is None:
             break
-        jobs.send(_run(job, running, worker_id, client, resident))
+        jobs.send(_run(job, jobs, running, worker_id, client, resident))
     _close_connections()
 
 
@@ -110,7 +128,9 @@ def _ready(verbosity: int, using: str) -> Any:
     return QueueClient(using)
 
 
-def _run(job: Job, running: _Running, worker_id: str, client: Any, resident: _Resident) -> Answer:
+def _run(
+    job: Job, jobs: Connection, running: _Running, worker_id: str, client: Any, resident: _Resident
+) -> Answer:
     from .attempt import run_job
     from .executor import close_held_connections
     from .outage import failed_to_connect
@@ -124,7 +144,9 @@ def _run(job: Job, running: _Running, worker_id: str, client: Any, resident: _Re
             running.reason = running.early[1]
             running.interrupt_for = claim if running.reason is StopReason.TIMEOUT else None
         running.early = None
-    attempt = run_job(job, worker_id, client, lambda: running.reason is not None, guard=_Inside(running))
+    notes = _ProgressNotes(jobs, running)
+    stopped = lambda: running.reason is not None  # noqa: E731 - read by ctx.cancelled
+    attempt = run_job(job, worker_id, client, stopped, guard=_Inside(running), report=notes.report)
     with running.lock:
         running.claim = None
     attempt.task_run = None  # the parent sends the Task's signals that follow the outcome
@@ -134,7 +156,51 @@ def _run(job: Job, running: _Running, worker_id: str, client: Any, resident: _Re
     if running.raised:
         _close_connections()  # interrupted anywhere, even inside a database driver
     close_held_connections()
-    return Answer(attempt, resident.bytes())
+    return Answer(attempt, resident.bytes(), notes.unsent())
+
+
+class _ProgressNotes:
+    """A job's ``ctx.progress()`` in a child: sent to the parent, at most one note per ``NOTE_INTERVAL``."""
+
+    def __init__(self, jobs: Connection, running: _Running) -> None:
+        self.jobs = jobs
+        self.running = running
+        # The job's own threads may report too: one note on the pipe at a time, the latest kept.
+        self._lock = threading.Lock()
+        self._latest: dict[str, Any] | None = None
+        self._sent = True
+        self._last_note = 0.0
+
+    def report(self, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._latest, self._sent = value, False
+            now = time.monotonic()
+            if now - self._last_note < NOTE_INTERVAL:
+                return
+            self._last_note = now
+            self._send(ProgressNote(value))
+            self._sent = True
+
+    def unsent(self) -> dict[str, Any] | None:
+        """The latest report, if no note carried it."""
+        with self._lock:
+            return None if self._sent else self._latest
+
+    def _send(self, note: ProgressNote) -> None:
+        running = self.running
+        if threading.current_thread() is not threading.main_thread():
+            self.jobs.send(note)  # the parent's interruption only ever raises in the main thread
+            return
+        # JobTimeout raised halfway through a message would leave the pipe mid-frame, and the
+        # parent could read no verdict after it: the interruption waits until the note is sent.
+        inside, running.inside = running.inside, False
+        try:
+            self.jobs.send(note)
+        finally:
+            running.inside = inside
+        if inside and running.interrupt_for == running.claim and not running.raised:
+            running.raised = True
+            raise JobTimeout("timed out")
 
 
 class _Inside:

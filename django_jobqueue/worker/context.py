@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from ..models import Job
 from ..queue import QueueClient
+from ..queue.validation import check_progress
+from .progress import DirectProgress, PendingProgress, ProgressReport
 
 
 def _never() -> bool:
@@ -18,16 +21,23 @@ class JobContext:
 
     ``ctx.job`` is the row as claimed (``ctx.job.id``, ``ctx.job.payload`` …);
     ``ctx.attempt`` is 1 on the first run; ``ctx.worker_id`` names the worker;
-    ``ctx.cancelled`` turns True when the job should stop.
+    ``ctx.cancelled`` turns True when the job should stop; ``ctx.progress()``
+    tells how far it got.
     """
 
     def __init__(
-        self, job: Job, worker_id: str, client: QueueClient, stopped: Callable[[], bool] = _never
+        self,
+        job: Job,
+        worker_id: str,
+        client: QueueClient,
+        stopped: Callable[[], bool] = _never,
+        report: ProgressReport | None = None,
     ) -> None:
         self.job = job
         self.worker_id = worker_id
         self._client = client
         self._stopped = stopped
+        self._report = report
 
     @property
     def attempt(self) -> int:
@@ -55,5 +65,36 @@ class JobContext:
         """
         return self._client.extend_visibility(self.job, worker_id=self.worker_id, extension=seconds)
 
+    def progress(self, current: float, total: float | None = None, message: str = "") -> None:
+        """Report how far the job got: ``current`` of ``total`` (None: unknown), and a short ``message``.
+
+        Stored as ``{"current", "total", "message"}`` in the job's ``progress``,
+        which the admin shows as a bar. Call it as often as you like: only the
+        latest report is kept, written at most once a second and once more when
+        the attempt ends. The row keeps it after the job ends and into the next
+        attempt, so ``ctx.job.progress`` is where the previous attempt got to.
+
+        Raise ``TypeError`` for a count that is not an int or float, or a
+        message that is not a string; ``ValueError`` for a count below 0, NaN or
+        infinite, a ``total`` of 0, or a message holding a NUL or a lone
+        surrogate. A message longer than 200 characters is cut.
+        """
+        value = check_progress(current, total, message)
+        if self._report is None:
+            # Made by hand, not by a worker: written from here, at most once a second.
+            self._report = _direct_report(self.job, self.worker_id, self._client)
+        self._report(value)
+
     def __repr__(self) -> str:
         return f"<JobContext {self.job.name} #{self.job.pk} attempt {self.attempt} on {self.worker_id}>"
+
+
+def _direct_report(job: Job, worker_id: str, client: QueueClient) -> ProgressReport:
+    pending = PendingProgress(job)
+    sink = DirectProgress(client, worker_id)
+
+    def report(value: dict[str, Any]) -> None:
+        pending.report(value)
+        sink.reported(pending)
+
+    return report

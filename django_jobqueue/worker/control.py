@@ -33,6 +33,7 @@ from .outcomes import Outcome
 
 if TYPE_CHECKING:
     from ..models import Job
+    from .progress import PendingProgress
 
 
 class StopReason(enum.StrEnum):
@@ -81,6 +82,8 @@ class RunControl:
         # Who wrote the outcome: "" while nobody has, "slot", or "watchdog" for a thread given up.
         self.settled_by = ""
         self.outcome = Outcome.PENDING  # what the watchdog wrote, when it gave the attempt up
+        # What the job reported through ctx.progress(), from its first report on (progress.py).
+        self.progress: PendingProgress | None = None
         self._target: Target | None = None
         self._lock = threading.Lock()
 

@@ -55,6 +55,7 @@ from .completer import Answer, Completer, Report
 from .control import RunControl, StopReason, ThreadTarget
 from .outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .outcomes import Action, Outcome
+from .progress import DirectProgress, ProgressReport, ProgressSink, reporter
 from .watchdog import Attempts, Watchdog
 
 logger = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class OutcomeObserver(Protocol):
 class Runner(Protocol):
     """Runs a job's code somewhere other than the calling thread: a child process (``pool.py``)."""
 
-    def attempt(self, job: Job, control: RunControl) -> Attempt: ...
+    def attempt(self, job: Job, control: RunControl, report: ProgressReport) -> Attempt: ...
 
 
 class Executor:
@@ -155,6 +156,7 @@ class Executor:
         shortage: Shortage | None = None,
         watchdog: Watchdog | None = None,
         cancel_grace: float = DEFAULT_CANCEL_GRACE,
+        progress: ProgressSink | None = None,
     ) -> None:
         self.client = client
         self.worker_id = worker_id
@@ -172,6 +174,9 @@ class Executor:
         self.cancel_grace = cancel_grace
         # runworker --metrics-port's: counts each outcome. None costs one comparison per job.
         self.observer: OutcomeObserver | None = None
+        # runworker's ProgressWriter writes the jobs' ctx.progress() reports; without one, each
+        # job's own thread does (progress.py).
+        self.progress = progress if progress is not None else DirectProgress(client, worker_id)
 
     def run(self, job: Job, runner: Runner | None = None) -> Outcome:
         """Run ``job``, record its outcome in the queue, log one line; return the outcome.
@@ -189,7 +194,8 @@ class Executor:
             self.attempts.add(control)
         try:
             if runner is not None:
-                return self._finish(job, control, runner.attempt(job, control), queried=False)
+                attempt = runner.attempt(job, control, reporter(control, self.progress))
+                return self._finish(job, control, attempt, queried=False)
             return self._run_here(job, control)
         finally:
             self.attempts.remove(control)
@@ -202,7 +208,14 @@ class Executor:
         target = ThreadTarget()
         control.attach(target)
         with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
-            attempt = run_job(job, self.worker_id, self.client, lambda: control.stopping, guard=target)
+            attempt = run_job(
+                job,
+                self.worker_id,
+                self.client,
+                lambda: control.stopping,
+                guard=target,
+                report=reporter(control, self.progress),
+            )
         queried = probe.queried if probe else self.client.using in _this_thread.opened
         try:
             return self._finish(job, control, attempt, queried)
@@ -233,6 +246,7 @@ class Executor:
             return outcome
         if reason is StopReason.SHUTDOWN:
             return Outcome.RELEASED  # handed back, and logged, when the worker stopped
+        self._write_last_progress(control)
         if attempt.unsent:
             return self.hand_back(job)
         if reason is StopReason.TIMEOUT:
@@ -276,6 +290,7 @@ class Executor:
         if not first:
             return False
         on_settled()
+        self._write_last_progress(control)
         job = control.job
         duration = time.monotonic() - control.started
         verdict = self._with_backoff(job, timeout_verdict(job, control, None))
@@ -283,6 +298,11 @@ class Executor:
         control.outcome = outcome
         self._log(job, duration, outcome, verdict.error, verdict.delay, timed_out=True)
         return True
+
+    def _write_last_progress(self, control: RunControl) -> None:
+        """Write the attempt's last ``ctx.progress()`` report while its claim still holds the row."""
+        if control.progress is not None:
+            self.progress.finish(control.progress)
 
     def hand_back(self, job: Job) -> Outcome:
         """Give a claimed job back without running it, its attempt not counted."""

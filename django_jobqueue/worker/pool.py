@@ -25,6 +25,7 @@ from ..models import Job
 from .attempt import Attempt, Verdict
 from .control import RunControl, StopReason
 from .outcomes import Action
+from .progress import ProgressReport
 
 logger = logging.getLogger(__name__)
 
@@ -134,10 +135,11 @@ class Child:
             raise ChildStartError(f"child {self.name} could not start: {detail}")
         self.pid = detail
 
-    def attempt(self, job: Job, control: RunControl) -> Attempt:
-        """Run ``job`` in the child; return its attempt, or one that says the child died."""
-        from multiprocessing.connection import wait
+    def attempt(self, job: Job, control: RunControl, report: ProgressReport) -> Attempt:
+        """Run ``job`` in the child; return its attempt, or one that says the child died.
 
+        The job's ``ctx.progress()`` reports, as the child sends them, go to ``report``.
+        """
         try:
             self._jobs.send(job)
         except (OSError, ValueError) as exc:
@@ -147,13 +149,11 @@ class Child:
             error = f"child process {self.pid} was gone before the job was sent ({exc})"
             return Attempt(Verdict(Action.NACK, error=error), unsent=True)
         control.attach(ChildTarget(self, control.claim))
-        ready = wait([self._jobs, self._process.sentinel])
-        if self._jobs not in ready:
+        answer = self._answer(report)
+        if answer is None:
             return self._died()
-        try:
-            answer = self._jobs.recv()
-        except (EOFError, OSError):
-            return self._died()
+        if answer.progress is not None:
+            report(answer.progress)
         self.jobs_run += 1
         self.resident = answer.rss
         if control.reason is StopReason.TIMEOUT:
@@ -162,6 +162,27 @@ class Child:
         if job.task_backend:
             attempt.task_run = _task_run(job)
         return attempt
+
+    def _answer(self, report: ProgressReport) -> Any:
+        """The child's ``Answer`` to the job sent, its progress notes passed to ``report`` meanwhile.
+
+        None if the child died first.
+        """
+        from multiprocessing.connection import wait
+
+        from .child import ProgressNote
+
+        while True:
+            ready = wait([self._jobs, self._process.sentinel])
+            if self._jobs not in ready:
+                return None
+            try:
+                message = self._jobs.recv()
+            except (EOFError, OSError):
+                return None
+            if not isinstance(message, ProgressNote):
+                return message
+            report(message.value)  # kept in memory: the progress writer's thread writes it
 
     def tell(self, claim: tuple[int, int], reason: StopReason) -> None:
         """Tell the job of ``claim``, if it still runs in the child, to stop for ``reason``."""

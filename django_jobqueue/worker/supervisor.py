@@ -14,7 +14,8 @@ Threads of one worker, each with its own database connection:
   stop token from the hand-off queue instead of a job, so only a slot with
   nothing to run ever takes one;
 - once the loop stops claiming, the *completer* writes the acks still to come;
-- the heartbeat, the ticker, the scheduler, the watchdog and the cancel watch
+- the heartbeat, the progress writer (``ctx.progress()``, ``progress.py``), the
+  ticker, the scheduler, the watchdog and the cancel watch
   (time limits and cancels, ``watchdog.py``) and, on PostgreSQL, the listener
   (their modules);
 - the main thread only waits, so that a signal handler never interrupts a
@@ -60,6 +61,7 @@ from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage, Shortage, listen
 from .outcomes import Outcome
 from .pool import Child, ChildLimits, ChildStartError
+from .progress import ProgressWriter
 from .running import RunningJobs
 from .scheduler import Scheduler
 from .shares import QueueShares
@@ -127,8 +129,15 @@ class Supervisor:
         attempts = Attempts()
         self.watchdog = Watchdog(attempts, self._job_stopped, self._job_hung)
         self.cancel_watch = CancelWatch(self.client, attempts, self.watchdog)
+        self.progress = ProgressWriter(self.client, config.worker_id, attempts)
         self.executor = Executor(
-            self.client, config.worker_id, self.completer, self.shortage, self.watchdog, config.cancel_grace
+            self.client,
+            config.worker_id,
+            self.completer,
+            self.shortage,
+            self.watchdog,
+            config.cancel_grace,
+            self.progress,
         )
         queue_names = [name for name, _weight in config.queues]
         self.wakeup = Wakeup(config.using, queue_names, config.poll_interval, self.cancel_watch.nudge)
@@ -317,6 +326,7 @@ class Supervisor:
             self._start_slot(number)
         self.completer.reporter.start()
         self.heartbeat.start()
+        self.progress.start()
         self.ticker.start()
         if self.scheduler is not None:
             self.scheduler.start()
@@ -597,6 +607,8 @@ class Supervisor:
             )
         finished = self.running.wait_empty(self.config.shutdown_timeout)
         self.heartbeat.stop()
+        # The jobs that finished wrote their last progress; a handed-back one's would be refused.
+        self.progress.stop()
         # Before the hand-back, which it would otherwise take for lost claims.
         self.cancel_watch.stop()
         if not finished:

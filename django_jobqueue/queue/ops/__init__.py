@@ -25,6 +25,7 @@ from .claims import (
     ended_claims,
     extend,
     extend_claims,
+    record_progress,
     release,
     retry_later,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "paused_queues",
     "prune",
     "prune_workers",
+    "record_progress",
     "register_worker",
     "release",
     "resume_queue",

@@ -223,3 +223,54 @@ def ended_claims(using: str, claims: Sequence[tuple[int, int]]) -> dict[int, str
         elif status != "running" or current_token != token:
             ended[job_id] = "lost"
     return ended
+
+
+def record_progress(
+    using: str, worker_id: str, reports: Sequence[tuple[int, int, str]]
+) -> set[tuple[int, int]]:
+    """Set ``progress`` of each running claim ``(job_id, claim_token, progress_json)`` of ``worker_id``,
+    one statement per batch; return the ``(job_id, claim_token)`` of the claims written.
+
+    Fenced as a completion is, by owner, claim token and ``running``: a stale
+    worker's report never lands on the next attempt's row, nor on a finished job.
+    """
+    if not reports:
+        return set()
+    cursor, engine = cursor_and_engine(using)
+    written: set[tuple[int, int]] = set()
+    for chunk in batched(reports, ROWS_PER_STATEMENT):
+        if engine.supports_array_params:
+            sql, params = _progress_arrays_statement(worker_id, chunk)
+        else:
+            sql, params = _progress_values_statement(worker_id, chunk)
+        cursor.execute(sql, params)
+        written.update((row[0], row[1]) for row in cursor.fetchall())
+    return written
+
+
+def _progress_arrays_statement(
+    worker_id: str, chunk: Sequence[tuple[int, int, str]]
+) -> tuple[str, list[Any]]:
+    sql = (
+        f"UPDATE {JOB} SET progress = reports.progress "
+        "FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS reports(id, claim_token, progress) "
+        f"WHERE {JOB}.id = reports.id AND {JOB}.claim_token = reports.claim_token "
+        f"AND {HELD_BY} RETURNING {JOB}.id, {JOB}.claim_token"
+    )
+    ids, tokens, values = (list(column) for column in zip(*chunk, strict=True))
+    return sql, [ids, tokens, values, worker_id]
+
+
+def _progress_values_statement(
+    worker_id: str, chunk: Sequence[tuple[int, int, str]]
+) -> tuple[str, list[Any]]:
+    # By claim, not by id: a stale report of the same job in this batch must not lend its value.
+    whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in chunk)
+    pairs = ", ".join(["(%s, %s)"] * len(chunk))
+    sql = (
+        f"UPDATE {JOB} SET progress = CASE {whens} END WHERE {HELD_BY} "
+        f"AND (id, claim_token) IN (VALUES {pairs}) RETURNING id, claim_token"
+    )
+    params: list[Any] = [value for report in chunk for value in report]
+    params += [worker_id, *(value for job_id, token, _ in chunk for value in (job_id, token))]
+    return sql, params

@@ -44,11 +44,11 @@ def move_to_dead_letters(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
             "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, "
-            "attempt_history) "
+            "attempt_history, progress) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
-            f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql} "
+            f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql}, progress "
             f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
             params,
         )
@@ -64,15 +64,17 @@ def _revive_sql(engine: Engine) -> str:
     """``INSERT ... SELECT`` of dead letters as ready jobs, attempts reset; the caller adds WHERE.
 
     The first enqueue time, the time limit, the concurrency key and limit and
-    the last error and the attempt history (which goes on from there) are kept;
-    the unique key is not (a live job may hold it by now). The key is no such
-    hazard: it only limits how many run at once.
+    the last error, the attempt history (which goes on from there) and the last
+    progress (for a job that resumes from it) are kept; the unique key is not (a
+    live job may hold it by now). The key is no such hazard: it only limits how
+    many run at once.
     """
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history, progress) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
-        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, attempt_history FROM {DEAD}"
+        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, attempt_history, progress "
+        f"FROM {DEAD}"
     )
 
 
