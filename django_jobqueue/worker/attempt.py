@@ -59,6 +59,7 @@ from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
 from .context import JobContext
 from .outcomes import Action
+from .tracing import traced_run
 
 
 @dataclass(frozen=True)
@@ -183,8 +184,21 @@ def run_job(
     """Call ``job``'s function (or Django Task) with its payload; return the verdict, never raise.
 
     ``guard`` is entered around the job's own code alone (the thread pool's
-    interruptible section); ``stopped`` is what ``ctx.cancelled`` reads.
+    interruptible section); ``stopped`` is what ``ctx.cancelled`` reads. The
+    run is a span of the trace the job was enqueued in, where OpenTelemetry is
+    in use (``tracing.py``); the span is opened outside ``guard``, so that an
+    interruption lands in the job's code, never in the span's bookkeeping.
     """
+    return traced_run(job, lambda: _attempt(job, worker_id, client, stopped, guard))
+
+
+def _attempt(
+    job: Job,
+    worker_id: str,
+    client: QueueClient,
+    stopped: Callable[[], bool],
+    guard: AbstractContextManager[Any] | None,
+) -> Attempt:
     task_run = None
     spec = None
     try:

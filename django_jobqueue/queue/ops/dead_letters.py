@@ -41,11 +41,12 @@ def move_to_dead_letters(
         cursor.execute(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
-            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids) "
+            "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, "
+            "trace_context) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
-            "started_at, last_attempted_at, task_backend, worker_ids "
+            "started_at, last_attempted_at, task_backend, worker_ids, trace_context "
             f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
             params,
         )
@@ -68,7 +69,7 @@ def _revive_sql(engine: Engine) -> str:
         f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
-        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend FROM {DEAD}"
+        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, trace_context FROM {DEAD}"
     )
 
 

@@ -25,7 +25,7 @@ CLAIM_ORDER = "priority DESC, run_at, id"
 INSERT_COLUMNS = (
     "name, queue, payload, priority, status, attempts, max_attempts, visibility_timeout, timeout, "
     "concurrency_key, concurrency_limit, run_at, claim_token, unique_key, last_error, last_traceback, "
-    "created_at, task_backend"
+    "created_at, task_backend, trace_context"
 )
 # An insert whose unique_key a live job holds writes nothing; the unique index decides.
 ON_LIVE_KEY_CONFLICT = (
