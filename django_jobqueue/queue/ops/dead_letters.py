@@ -21,6 +21,7 @@ from .tables import (
     INSERT_COLUMNS,
     JOB,
     ROWS_PER_STATEMENT,
+    TRACE_COLUMN,
     batched,
     cursor_and_engine,
     marks,
@@ -66,7 +67,7 @@ def _revive_sql(engine: Engine) -> str:
     now). The key is no such hazard: it only limits how many run at once.
     """
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}{TRACE_COLUMN}) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
         f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, trace_context FROM {DEAD}"

@@ -4,8 +4,8 @@ A job whose ``unique_key`` a live job holds is not inserted; that job stands
 in for it. A large batch without unique keys goes by COPY instead (``copy.py``).
 
 Every row of one call stores the same ``trace_context`` (``queue/tracing.py``),
-or NULL: untraced, an insert's statement and parameters are what they were
-before traces existed.
+or NULL: an untraced insert leaves the column out, so its statement and
+parameters are those of a release without traces.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .tables import (
     NOTIFY_RETURNING,
     ON_LIVE_KEY_CONFLICT,
     ROWS_PER_STATEMENT,
+    TRACE_COLUMN,
     NewJob,
     batched,
     cursor_and_engine,
@@ -106,17 +107,16 @@ def _insert_values(
 @functools.lru_cache(maxsize=64)
 def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool, traced: bool) -> str:
     """``_insert_values``'s statement for rows whose ``run_at`` are these SQL expressions."""
-    # Untraced, the trace context is a constant NULL: no parameter per row.
-    trace_sql = "%s" if traced else "NULL"
+    columns, trace_sql = (INSERT_COLUMNS + TRACE_COLUMN, ", %s") if traced else (INSERT_COLUMNS, "")
     rows_sql = ", ".join(
-        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, %s, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s, "
+        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, %s, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s"
         f"{trace_sql})"
         for run_at_sql in run_ats
     )
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
     notify = NOTIFY_RETURNING if engine.supports_listen_notify else ""
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) VALUES {rows_sql} {on_conflict} "
+        f"INSERT INTO {JOB} ({columns}) VALUES {rows_sql} {on_conflict} "
         f"RETURNING {_INSERTED_RETURNING}{notify}"
     )
 
@@ -141,13 +141,15 @@ def _insert_arrays(
     """
     keyed = any(new.unique_key is not None for new in chunk)
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
+    # A traced chunk's trace context is one parameter: every row stores the same.
+    traced = trace_context is not None
+    trace_params = [json.dumps(trace_context)] if traced else []
     cursor.execute(
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}{TRACE_COLUMN if traced else ''}) "
         "SELECT u.name, u.queue, u.payload, u.priority, 'ready', 0, u.max_attempts, u.visibility_timeout, "
         "u.timeout, u.concurrency_key, u.concurrency_limit, "
         "COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', "
-        # The trace context is one parameter for the whole chunk: every row stores the same.
-        "now(), u.task_backend, %s::text::jsonb "
+        f"now(), u.task_backend{', %s::text::jsonb' if traced else ''} "
         # run_at travels as text: a naive datetime (USE_TZ off) then means the
         # session's time zone, as a naive parameter always has.
         "FROM unnest(%s::text[], %s::text[], %s::text[]::jsonb[], %s::smallint[], %s::integer[], "
@@ -158,7 +160,7 @@ def _insert_arrays(
         # Ids are drawn in this order: sorting the returned rows by id restores the chunk's.
         f"ORDER BY u.position {on_conflict} RETURNING {_INSERTED_RETURNING}{NOTIFY_RETURNING}",
         [
-            None if trace_context is None else json.dumps(trace_context),  # the SELECT list's parameter
+            *trace_params,  # the SELECT list's, before the arrays
             [new.name for new in chunk],
             [new.queue for new in chunk],
             [new.payload_json for new in chunk],
