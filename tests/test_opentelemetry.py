@@ -246,6 +246,19 @@ def test_a_garbage_trace_context_does_not_stop_the_job(queue, spans, stored):
     assert run.attributes["jobqueue.outcome"] == "done"
 
 
+def test_a_field_that_is_not_a_string_is_dropped_and_the_rest_still_read(queue, spans, caplog):
+    job = queue.push("otel.inner_span", {})
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    Job.objects.filter(pk=job.pk).update(trace_context={"traceparent": parent, "tracestate": 5})
+
+    assert run_in_process(queue, job) is Outcome.DONE
+
+    (run,) = named(spans, "jobqueue.run otel.inner_span")
+    assert run.parent is not None and hex_id(run.parent.span_id, 16) == "b7ad6b7169203331"
+    assert hex_id(run.context.trace_id, 32) == "0af7651916cd43dd8448eb211c80319c"
+    assert "could not be read" not in caplog.text
+
+
 class _BrokenPropagator:
     """A propagator whose own code fails, as a project's custom one might."""
 
