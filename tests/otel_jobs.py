@@ -3,10 +3,10 @@
 Imported by the test process (whose provider the tests set up) and, through
 ``JOBQUEUE_MODULES``, by a ``runworker`` process. There, with
 ``OTEL_TEST_SPANS_FILE`` set, this module configures the process's tracer
-provider as a project would in its own code: every span it ends is written
-to that file, one JSON object a line, as the SDK's console exporter writes it.
-Under ``--pool processes`` each child imports this module too, and writes its
-own spans to the same file.
+provider as a project would in its own code: the spans it ends are written
+to that file in batches, one JSON object a line, as the SDK's console
+exporter writes them. Under ``--pool processes`` each child imports this
+module too, and writes its own spans to the same file.
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ SPANS_FILE = "OTEL_TEST_SPANS_FILE"
 
 
 def _export_spans_to(path: str) -> None:
+    """Export every span to ``path`` in batches, as production does: only at a flush or the process's end."""
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     # Line-buffered append: each span is one line, whole, whichever process wrote it.
     out = open(path, "a", buffering=1)  # open for the life of the process
     exporter = ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # A delay longer than any test: spans reach the file only when the provider is flushed or shut down.
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=600_000))
     trace.set_tracer_provider(provider)
 
 

@@ -55,6 +55,27 @@ def traced_run(job: Job, run: Callable[[], Attempt]) -> Attempt:
     return attempt
 
 
+# Milliseconds a retiring child process waits for its spans to be exported:
+# below the pool's RETIRE_TIMEOUT, after which the child is killed.
+CHILD_FLUSH_MILLIS = 3000
+
+
+def flush_spans() -> None:
+    """Export the spans this process's tracer provider still holds, waiting up to ``CHILD_FLUSH_MILLIS``.
+
+    For a child process of ``--pool processes``: it exits as multiprocessing's
+    children do, without the ``atexit`` hook through which the SDK's provider
+    exports what a batching processor still holds.
+    """
+    if OPENTELEMETRY is None:
+        return
+    trace, _ = OPENTELEMETRY
+    # The SDK's provider has force_flush; the API's default one (nothing configured) has not.
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is not None:
+        force_flush(CHILD_FLUSH_MILLIS)
+
+
 def _carrier(job: Job) -> Carrier | None:
     """The propagation fields of ``job.trace_context``, or None if it holds none."""
     stored = job.trace_context
