@@ -21,6 +21,7 @@ from . import ops
 from .backoff import backoff_delay
 from .ops.limited import FlowState
 from .preparation import Item, copyable, prepare_job, prepared
+from .tracing import traced_insert
 from .validation import (
     MAX_ERROR_CHARS,
     MAX_TRACEBACK_CHARS,
@@ -53,7 +54,7 @@ class QueueClient:
 
     def push(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
         """Enqueue one job and return it (see ``enqueue``)."""
-        return ops.insert_jobs(self.using, [prepare_job(name, payload, options)])[0]
+        return self._insert_one(prepare_job(name, payload, options))
 
     def push_many(self, items: Iterable[Item]) -> list[Job]:
         """Enqueue ``(name, payload, options)`` triples in one batch; a bad one writes nothing.
@@ -65,8 +66,17 @@ class QueueClient:
         items = list(items)
         jobs = prepared(items)
         if ops.writes_by_copy(self.using, len(items)) and copyable(items):
-            return ops.copy_jobs(self.using, len(items), jobs)
-        return ops.insert_jobs(self.using, list(jobs))
+            return traced_insert(
+                lambda trace_context: ops.copy_jobs(self.using, len(items), jobs, trace_context),
+                "jobqueue.enqueue_many",
+                {"messaging.batch.message_count": len(items)},
+            )
+        new_jobs = list(jobs)
+        return traced_insert(
+            lambda trace_context: ops.insert_jobs(self.using, new_jobs, trace_context),
+            "jobqueue.enqueue_many",
+            {"messaging.batch.message_count": len(new_jobs)},
+        )
 
     def push_task(self, backend: str, name: str, payload: Mapping[str, Any], **options: Any) -> Job:
         """Enqueue one job of Django's Tasks framework, marked with its ``TASKS`` alias; return it.
@@ -78,8 +88,15 @@ class QueueClient:
         longest = Job._meta.get_field("task_backend").max_length or 0  # a CharField always has one
         if not isinstance(backend, str) or not 0 < len(backend) <= longest:
             raise ValueError(f"task backend alias must be 1 to {longest} characters, got {backend!r}")
-        new_job = prepare_job(name, payload, options)._replace(task_backend=backend)
-        return ops.insert_jobs(self.using, [new_job])[0]
+        return self._insert_one(prepare_job(name, payload, options)._replace(task_backend=backend))
+
+    def _insert_one(self, new_job: ops.NewJob) -> Job:
+        """Insert ``new_job``, with the trace context it is enqueued in, and return it."""
+        return traced_insert(
+            lambda trace_context: ops.insert_jobs(self.using, [new_job], trace_context)[0],
+            f"jobqueue.enqueue {new_job.name}",
+            {"messaging.destination.name": new_job.queue},
+        )
 
     # -- claiming --------------------------------------------------------------
 

@@ -81,7 +81,6 @@ def jobs_from_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job]:
     return [job_from_row(using, row) for row in rows]
 
 
-_JSON_INDEXES = [index for index, f in enumerate(JOB_FIELDS) if isinstance(f, models.JSONField)]
 _DATETIME_INDEXES = [index for index, f in enumerate(JOB_FIELDS) if isinstance(f, models.DateTimeField)]
 
 
@@ -89,8 +88,9 @@ def jobs_from_native_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job
     """``jobs_from_rows`` for rows of every Job column read by ``native.bound_cursor``.
 
     psycopg reads datetimes aware in the session's time zone, which is the
-    ORM's own under ``USE_TZ`` (UTC, as Django sets it): then only the JSON
-    columns that came as text need converting.
+    ORM's own under ``USE_TZ`` (UTC, as Django sets it), and jsonb in binary
+    already decoded: a JSON string (a ``result`` of ``"ok"``, a hand-written
+    ``trace_context``) must not be decoded a second time.
     """
     rows = list(rows)
     if not rows:
@@ -102,8 +102,6 @@ def jobs_from_native_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job
     jobs = []
     for row in rows:
         values = list(row)
-        for index in _JSON_INDEXES:
-            values[index] = _to_json(values[index])
         if not ready:
             for index in _DATETIME_INDEXES:
                 if values[index] is not None:

@@ -60,6 +60,7 @@ from ..queue.validation import encode_result, to_seconds
 from .context import JobContext
 from .outcomes import Action
 from .progress import ProgressReport
+from .tracing import traced_run
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,22 @@ def run_job(
 
     ``guard`` is entered around the job's own code alone (the thread pool's
     interruptible section); ``stopped`` is what ``ctx.cancelled`` reads, and
-    ``report`` what ``ctx.progress`` calls.
+    ``report`` what ``ctx.progress`` calls. The run is a span of the trace the
+    job was enqueued in, where OpenTelemetry is in use (``tracing.py``); the
+    span is opened outside ``guard``, so that an interruption lands in the
+    job's code, never in the span's bookkeeping.
     """
+    return traced_run(job, lambda: _attempt(job, worker_id, client, stopped, guard, report))
+
+
+def _attempt(
+    job: Job,
+    worker_id: str,
+    client: QueueClient,
+    stopped: Callable[[], bool],
+    guard: AbstractContextManager[Any] | None,
+    report: ProgressReport | None,
+) -> Attempt:
     task_run = None
     spec = None
     try:

@@ -112,6 +112,9 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
             break
         jobs.send(_run(job, jobs, running, worker_id, client, resident))
     _close_connections()
+    from .tracing import flush_spans
+
+    flush_spans()  # a child exits without atexit, where a tracer provider would export the rest
 
 
 def _ready(verbosity: int, using: str) -> Any:

@@ -7,7 +7,8 @@ INSERT path (``enqueue.py``) writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +21,7 @@ from ...models import Job
 from ..engines import engine_for
 from ..native import bound_cursor
 from ..rows import datetime_as_read, jobs_from_values
-from .enqueue import inserted_values
+from .enqueue import inserted_values, with_trace_context
 from .tables import JOB, NOTIFY_CHANNEL, NOTIFY_QUEUES, NewJob
 
 
@@ -57,8 +58,18 @@ _COPY_COLUMNS = (
     ("created_at", "timestamptz"),
     ("task_backend", "varchar"),
 )
-_COPY_SQL = f"COPY {JOB} ({', '.join(column for column, _ in _COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+# A traced batch writes its trace context too, as jsonb's binary input (see payload).
+# An untraced one leaves the column out: NULL, its default, at no cost per row.
+_TRACED_COPY_COLUMNS = (*_COPY_COLUMNS, ("trace_context", "bytea"))
+
+
+def _copy_sql(columns: Sequence[tuple[str, str]]) -> str:
+    return f"COPY {JOB} ({', '.join(column for column, _ in columns)}) FROM STDIN (FORMAT BINARY)"
+
+
+_COPY_SQL, _TRACED_COPY_SQL = _copy_sql(_COPY_COLUMNS), _copy_sql(_TRACED_COPY_COLUMNS)
 _COPY_TYPES = [kind for _, kind in _COPY_COLUMNS]
+_TRACED_COPY_TYPES = [kind for _, kind in _TRACED_COPY_COLUMNS]
 _JSONB_VERSION = b"\x01"
 
 # A batch's ids and clock in one round trip. The ids come from the id
@@ -71,7 +82,9 @@ _RESERVE_IDS = (
 )
 
 
-def copy_jobs(using: str, count: int, new_jobs: Iterable[NewJob]) -> list[Job]:
+def copy_jobs(
+    using: str, count: int, new_jobs: Iterable[NewJob], trace_context: Mapping[str, str] | None = None
+) -> list[Job]:
     """Insert the ``count`` jobs ``new_jobs`` yields with one binary COPY; return them in order.
 
     ``new_jobs`` may validate each job as it is asked for it: the jobs then
@@ -87,6 +100,7 @@ def copy_jobs(using: str, count: int, new_jobs: Iterable[NewJob]) -> list[Job]:
     the job's own or that now() plus its delay, so every time is the
     database's clock. One transaction (the caller's, if there is one), so the
     jobs exist if and only if it commits; each queue is notified once, on commit.
+    Each row stores ``trace_context`` (NULL for None).
     """
     connection = connections[using]
     with transaction.atomic(using=using):
@@ -96,16 +110,32 @@ def copy_jobs(using: str, count: int, new_jobs: Iterable[NewJob]) -> list[Job]:
         ids.sort()
         clock = _BatchClock(connection, now)
         queues: set[str] = set()
-        with _logged(cursor, _COPY_SQL), connection.wrap_database_errors, cursor.copy(_COPY_SQL) as copy:
-            copy.set_types(_COPY_TYPES)
+        sql, types, write = _copy_of(trace_context)
+        with _logged(cursor, sql), connection.wrap_database_errors, cursor.copy(sql) as copy:
+            copy.set_types(types)
+            rows = _copied_rows(write(copy.write_row), clock, ids, new_jobs, queues)
             # Each Job is built as its row leaves, while the server stores the rows before it.
             jobs = jobs_from_values(
                 using,
-                _copied_rows(copy.write_row, clock, ids, new_jobs, queues),
+                with_trace_context(rows, trace_context),
                 {"status": "ready", "created_at": clock.as_read(now)},
             )
         cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(queues)])
     return jobs
+
+
+def _copy_of(
+    trace_context: Mapping[str, str] | None,
+) -> tuple[str, list[str], Callable[[Callable[[Sequence[Any]], None]], Callable[[Sequence[Any]], None]]]:
+    """The COPY statement, its column types and what wraps its row writer, for a batch so traced."""
+    if trace_context is None:
+        return _COPY_SQL, _COPY_TYPES, lambda write: write
+    traced = _JSONB_VERSION + json.dumps(trace_context).encode()
+
+    def with_trace(write: Callable[[Sequence[Any]], None]) -> Callable[[Sequence[Any]], None]:
+        return lambda row: write((*row, traced))
+
+    return _TRACED_COPY_SQL, _TRACED_COPY_TYPES, with_trace
 
 
 def _copied_rows(

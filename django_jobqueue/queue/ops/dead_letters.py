@@ -21,6 +21,7 @@ from .tables import (
     INSERT_COLUMNS,
     JOB,
     ROWS_PER_STATEMENT,
+    TRACE_COLUMN,
     batched,
     cursor_and_engine,
     marks,
@@ -44,11 +45,12 @@ def move_to_dead_letters(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
             "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, "
-            "attempt_history, progress) "
+            "attempt_history, progress, trace_context) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
-            f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql}, progress "
+            f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql}, progress, "
+            "trace_context "
             f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
             params,
         )
@@ -70,11 +72,11 @@ def _revive_sql(engine: Engine) -> str:
     many run at once.
     """
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history, progress) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history, progress{TRACE_COLUMN}) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
-        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, attempt_history, progress "
-        f"FROM {DEAD}"
+        f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, attempt_history, progress, "
+        f"trace_context FROM {DEAD}"
     )
 
 

@@ -2,13 +2,17 @@
 
 A job whose ``unique_key`` a live job holds is not inserted; that job stands
 in for it. A large batch without unique keys goes by COPY instead (``copy.py``).
+
+Every row of one call stores the same ``trace_context`` (``queue/tracing.py``),
+or NULL: an untraced insert leaves the column out, so its statement and
+parameters are those of a release without traces.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,14 +31,19 @@ from .tables import (
     NOTIFY_RETURNING,
     ON_LIVE_KEY_CONFLICT,
     ROWS_PER_STATEMENT,
+    TRACE_COLUMN,
     NewJob,
     batched,
     cursor_and_engine,
 )
 
 
-def insert_jobs(using: str, new_jobs: Sequence[NewJob]) -> list[Job]:
+def insert_jobs(
+    using: str, new_jobs: Sequence[NewJob], trace_context: Mapping[str, str] | None = None
+) -> list[Job]:
     """Insert ``new_jobs`` as ready jobs and return them, in the order given.
+
+    Each row stores ``trace_context`` (NULL for None).
 
     A job whose ``unique_key`` is held by a live (ready or running) job is not
     inserted; that live job is returned in its place. Concurrent producers of
@@ -45,30 +54,37 @@ def insert_jobs(using: str, new_jobs: Sequence[NewJob]) -> list[Job]:
         return []
     connection = connections[using]
     if len(new_jobs) <= ROWS_PER_STATEMENT:
-        return _insert_chunk(connection, new_jobs)  # one statement: atomic by itself
+        return _insert_chunk(connection, new_jobs, trace_context)  # one statement: atomic by itself
     result: list[Job] = []
     with transaction.atomic(using=using):
         for chunk in batched(new_jobs, ROWS_PER_STATEMENT):
-            result.extend(_insert_chunk(connection, chunk))
+            result.extend(_insert_chunk(connection, chunk, trace_context))
     return result
 
 
-def _insert_chunk(connection: BaseDatabaseWrapper, chunk: Sequence[NewJob]) -> list[Job]:
+def _insert_chunk(
+    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], trace_context: Mapping[str, str] | None
+) -> list[Job]:
     engine = engine_for(connection)
     if engine.supports_bound_cursor:
         cursor = bound_cursor(connection)
         if len(chunk) > 1 and engine.supports_array_params:
-            return _insert_arrays(connection, cursor, chunk)
-        return _insert_values(connection, engine, cursor, chunk)
-    return _insert_values(connection, engine, connection.cursor(), chunk)
+            return _insert_arrays(connection, cursor, chunk, trace_context)
+        return _insert_values(connection, engine, cursor, chunk, trace_context)
+    return _insert_values(connection, engine, connection.cursor(), chunk, trace_context)
 
 
 def _insert_values(
-    connection: BaseDatabaseWrapper, engine: Engine, cursor: CursorWrapper, chunk: Sequence[NewJob]
+    connection: BaseDatabaseWrapper,
+    engine: Engine,
+    cursor: CursorWrapper,
+    chunk: Sequence[NewJob],
+    trace_context: Mapping[str, str] | None,
 ) -> list[Job]:
     """Insert ``chunk`` with one ``INSERT … VALUES`` of a row of parameters per job."""
     run_ats: list[str] = []
     params: list[Any] = []
+    trace_json = None if trace_context is None else json.dumps(trace_context)
     for new in chunk:
         if new.run_at is not None:
             run_at_sql = "%s"
@@ -81,22 +97,26 @@ def _insert_values(
         params += [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
         params += [new.visibility_timeout, new.timeout, new.concurrency_key, new.concurrency_limit]
         params += [*params_run_at, new.unique_key, new.task_backend]
+        if trace_json is not None:
+            params.append(trace_json)
     keyed = any(new.unique_key is not None for new in chunk)
-    cursor.execute(_insert_values_sql(engine, tuple(run_ats), keyed), params)
-    return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed)
+    cursor.execute(_insert_values_sql(engine, tuple(run_ats), keyed, trace_json is not None), params)
+    return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed, trace_context)
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool) -> str:
+def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool, traced: bool) -> str:
     """``_insert_values``'s statement for rows whose ``run_at`` are these SQL expressions."""
+    columns, trace_sql = (INSERT_COLUMNS + TRACE_COLUMN, ", %s") if traced else (INSERT_COLUMNS, "")
     rows_sql = ", ".join(
-        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, %s, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s)"
+        f"(%s, %s, %s, %s, 'ready', 0, %s, %s, %s, %s, %s, {run_at_sql}, 0, %s, '', '', {engine.now}, %s"
+        f"{trace_sql})"
         for run_at_sql in run_ats
     )
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
     notify = NOTIFY_RETURNING if engine.supports_listen_notify else ""
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) VALUES {rows_sql} {on_conflict} "
+        f"INSERT INTO {JOB} ({columns}) VALUES {rows_sql} {on_conflict} "
         f"RETURNING {_INSERTED_RETURNING}{notify}"
     )
 
@@ -108,7 +128,10 @@ _INSERTED_RETURNING = "id, run_at, created_at, unique_key"
 
 
 def _insert_arrays(
-    connection: BaseDatabaseWrapper, cursor: CursorWrapper, chunk: Sequence[NewJob]
+    connection: BaseDatabaseWrapper,
+    cursor: CursorWrapper,
+    chunk: Sequence[NewJob],
+    trace_context: Mapping[str, str] | None,
 ) -> list[Job]:
     """Insert ``chunk`` with one statement whose parameters are one array per column.
 
@@ -118,12 +141,15 @@ def _insert_arrays(
     """
     keyed = any(new.unique_key is not None for new in chunk)
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
+    # A traced chunk's trace context is one parameter: every row stores the same.
+    traced = trace_context is not None
+    trace_params = [json.dumps(trace_context)] if traced else []
     cursor.execute(
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}{TRACE_COLUMN if traced else ''}) "
         "SELECT u.name, u.queue, u.payload, u.priority, 'ready', 0, u.max_attempts, u.visibility_timeout, "
         "u.timeout, u.concurrency_key, u.concurrency_limit, "
         "COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', "
-        "now(), u.task_backend "
+        f"now(), u.task_backend{', %s::text::jsonb' if traced else ''} "
         # run_at travels as text: a naive datetime (USE_TZ off) then means the
         # session's time zone, as a naive parameter always has.
         "FROM unnest(%s::text[], %s::text[], %s::text[]::jsonb[], %s::smallint[], %s::integer[], "
@@ -134,6 +160,7 @@ def _insert_arrays(
         # Ids are drawn in this order: sorting the returned rows by id restores the chunk's.
         f"ORDER BY u.position {on_conflict} RETURNING {_INSERTED_RETURNING}{NOTIFY_RETURNING}",
         [
+            *trace_params,  # the SELECT list's, before the arrays
             [new.name for new in chunk],
             [new.queue for new in chunk],
             [new.payload_json for new in chunk],
@@ -149,11 +176,15 @@ def _insert_arrays(
             [new.task_backend for new in chunk],
         ],
     )
-    return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed)
+    return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed, trace_context)
 
 
 def _inserted_jobs(
-    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], returned: list[Any], keyed: bool
+    connection: BaseDatabaseWrapper,
+    chunk: Sequence[NewJob],
+    returned: list[Any],
+    keyed: bool,
+    trace_context: Mapping[str, str] | None,
 ) -> list[Job]:
     """The jobs of ``chunk``, in its order, from the rows its insert returned (``_INSERTED_RETURNING``)."""
     # Ids grow in the order the rows were inserted; sorting restores that order.
@@ -170,21 +201,20 @@ def _inserted_jobs(
         sources = [next(unkeyed) if row[3] is None else first_of_key[row[3]] for row in rows]
     # PostgreSQL's rows come from native.bound_cursor: aware datetimes, as psycopg reads them.
     as_read = _datetime_reader(connection)
+    values = (
+        {
+            **inserted_values(new, row[0], as_read(row[1])),
+            "unique_key": row[3],
+            "created_at": as_read(row[2]),
+        }
+        for new, row in zip(sources, rows, strict=True)
+    )
     inserted = jobs_from_values(
-        connection.alias,
-        (
-            {
-                **inserted_values(new, row[0], as_read(row[1])),
-                "unique_key": row[3],
-                "created_at": as_read(row[2]),
-            }
-            for new, row in zip(sources, rows, strict=True)
-        ),
-        {"status": "ready"},
+        connection.alias, with_trace_context(values, trace_context), {"status": "ready"}
     )
     if not keyed:
         return inserted
-    return _match_inserted(connection, chunk, inserted)
+    return _match_inserted(connection, chunk, inserted, trace_context)
 
 
 def _datetime_reader(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
@@ -195,7 +225,10 @@ def _datetime_reader(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
 
 
 def _match_inserted(
-    connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], inserted: list[Job]
+    connection: BaseDatabaseWrapper,
+    chunk: Sequence[NewJob],
+    inserted: list[Job],
+    trace_context: Mapping[str, str] | None,
 ) -> list[Job]:
     by_key = {job.unique_key: job for job in inserted if job.unique_key is not None}
     unkeyed = iter(job for job in inserted if job.unique_key is None)
@@ -205,12 +238,14 @@ def _match_inserted(
             matched.append(next(unkeyed))
         else:
             if new.unique_key not in by_key:
-                by_key[new.unique_key] = _live_job_for_key(connection, new)
+                by_key[new.unique_key] = _live_job_for_key(connection, new, trace_context)
             matched.append(by_key[new.unique_key])
     return matched
 
 
-def _live_job_for_key(connection: BaseDatabaseWrapper, new: NewJob) -> Job:
+def _live_job_for_key(
+    connection: BaseDatabaseWrapper, new: NewJob, trace_context: Mapping[str, str] | None
+) -> Job:
     """Return the live job holding ``new.unique_key``, inserting ``new`` if it has gone."""
     using = connection.alias
     cursor, _ = cursor_and_engine(using)
@@ -224,7 +259,7 @@ def _live_job_for_key(connection: BaseDatabaseWrapper, new: NewJob) -> Job:
             return job_from_row(using, row)
         # The holder finished between our insert and this read: try the insert again.
         with transaction.atomic(using=using):
-            again = _insert_chunk(connection, [new])
+            again = _insert_chunk(connection, [new], trace_context)
         if again:
             return again[0]
     raise RuntimeError(f"unique_key {new.unique_key!r} kept changing hands; enqueue again")
@@ -247,3 +282,20 @@ def inserted_values(new: NewJob, job_id: int, run_at: datetime) -> dict[str, Any
         "run_at": run_at,
         "task_backend": new.task_backend,
     }
+
+
+def with_trace_context(
+    values: Iterable[dict[str, Any]], trace_context: Mapping[str, str] | None
+) -> Iterable[dict[str, Any]]:
+    """``values`` of new jobs, each with its own copy of ``trace_context`` if there is one."""
+    if trace_context is None:
+        return values  # the field's default, None, is what the row holds
+    return _each_with(values, trace_context)
+
+
+def _each_with(
+    values: Iterable[dict[str, Any]], trace_context: Mapping[str, str]
+) -> Iterator[dict[str, Any]]:
+    for job_values in values:
+        job_values["trace_context"] = dict(trace_context)
+        yield job_values

@@ -27,6 +27,8 @@ INSERT_COLUMNS = (
     "concurrency_key, concurrency_limit, run_at, claim_token, unique_key, last_error, last_traceback, "
     "created_at, task_backend"
 )
+# Written after INSERT_COLUMNS by a traced insert only: an untraced one's statement leaves it NULL.
+TRACE_COLUMN = ", trace_context"
 # An insert whose unique_key a live job holds writes nothing; the unique index decides.
 ON_LIVE_KEY_CONFLICT = (
     f"ON CONFLICT (unique_key) WHERE status IN {LIVE} AND unique_key IS NOT NULL DO NOTHING"
