@@ -2,7 +2,7 @@
 
 The SQL is taken from docs/autoscaling.md's ScaledObject and run against
 PostgreSQL with known jobs. The PromQL of the Grafana dashboard, of the
-autoscaling recipes and of the alert rules (docs/observability-queue.md)
+autoscaling recipes and of the alert rules (docs/observability.md, § Queue metrics)
 must name only series that the metrics view or the worker exports.
 """
 
@@ -25,7 +25,7 @@ from django_jobqueue.views import QUEUE_SERIES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 AUTOSCALING = DOCS / "autoscaling.md"
-ALERTS = DOCS / "observability-queue.md"
+ALERTS = DOCS / "observability.md"
 DASHBOARD = DOCS / "grafana" / "jobqueue-dashboard.json"
 
 # The worker's series (runworker --metrics-port), as DESIGN.md names them. Held
