@@ -30,16 +30,21 @@ DASHBOARD = DOCS / "grafana" / "jobqueue-dashboard.json"
 
 # The worker's series (runworker --metrics-port), as DESIGN.md names them. Held
 # here until the worker's metrics module exists; then import its list instead.
-WORKER_SERIES = (
-    "jobqueue_jobs_total",
-    "jobqueue_jobs_running",
-    "jobqueue_worker_slots",
-    "jobqueue_claim_rounds_total",
-    "jobqueue_jobs_claimed_total",
-    "jobqueue_acks_total",
-    "jobqueue_database_errors_total",
+def _worker_families() -> dict[str, str]:
+    """Every family a worker's registry exports, by name, with its type: read off a real one."""
+    from django_jobqueue.worker.metrics import WorkerMetrics
+    from django_jobqueue.worker.watchdog import Attempts
+
+    registry = WorkerMetrics(Attempts(), 1).registry
+    return {family.name: family.type for family in registry.collect()}
+
+
+_FAMILIES = _worker_families()
+WORKER_HISTOGRAMS = tuple(name for name, kind in _FAMILIES.items() if kind == "histogram")
+# Counters are exposed with their _total suffix.
+WORKER_SERIES = tuple(
+    f"{name}_total" if kind == "counter" else name for name, kind in _FAMILIES.items() if kind != "histogram"
 )
-WORKER_HISTOGRAMS = ("jobqueue_job_duration_seconds", "jobqueue_claim_round_seconds")
 EXPORTED = {
     *QUEUE_SERIES,
     *WORKER_SERIES,
