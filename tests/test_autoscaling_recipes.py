@@ -28,8 +28,8 @@ AUTOSCALING = DOCS / "autoscaling.md"
 ALERTS = DOCS / "observability.md"
 DASHBOARD = DOCS / "grafana" / "jobqueue-dashboard.json"
 
-# The worker's series (runworker --metrics-port), as DESIGN.md names them. Held
-# here until the worker's metrics module exists; then import its list instead.
+
+# The worker's series (runworker --metrics-port): read off a real worker's registry.
 def _worker_families() -> dict[str, str]:
     """Every family a worker's registry exports, by name, with its type: read off a real one."""
     from django_jobqueue.worker.metrics import WorkerMetrics
