@@ -60,6 +60,8 @@ def _expired(engine: Engine) -> str:
 # row it picks after re-checking ``where`` on the row's newest version, so the
 # outer statement acts on rows nobody can change meanwhile, and a row that
 # another transaction holds (an ack committing) is passed over, not waited on.
+# The outer WHERE repeats ``where`` all the same: should a plan run the subquery
+# again per row, a row it picks is still acted on only while it is expired.
 
 
 def _bury_expired(using: str) -> int:
@@ -72,7 +74,7 @@ def _bury_expired(using: str) -> int:
         "CASE WHEN last_traceback = '' THEN '' "
         "ELSE 'Traceback of an earlier attempt (' || last_error || '):\n' || last_traceback END",
         history.pushed_entry(engine, history.LOST, _expired_error_sql()),
-        f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked})",
+        f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked}) AND {where}",
         "",
         [],
     )
@@ -85,7 +87,8 @@ def _rescue_expired(using: str) -> int:
         f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql()}, "
         f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql())}, "
         "locked_by = NULL, locked_until = NULL "
-        f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked})",
+        f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked}) "
+        f"AND {where}",
         [],
     )
     return cursor.rowcount
