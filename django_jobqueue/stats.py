@@ -10,11 +10,13 @@ measured against the database's clock, like everything else in the queue.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, models
+from django.db import connections, models, transaction
 from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 
@@ -155,9 +157,35 @@ def database_now(using: str) -> datetime:
     return now
 
 
+@contextmanager
+def one_snapshot(using: str) -> Iterator[None]:
+    """Run the block's reads in one transaction that sees one state of the database.
+
+    Read statement by statement, a claim committing between the count of ready
+    jobs and that of running ones would count its job in both (or neither).
+    Inside a transaction already (``ATOMIC_REQUESTS``), the reads join it as
+    they are: its isolation was set by its first statement. On SQLite the reads
+    stay statement by statement (see its engine's ``snapshot_read``).
+    """
+    connection = connections[using]
+    statement = engine_for(connection).snapshot_read
+    if statement is None or connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic(using=using):
+        with connection.cursor() as cursor:
+            cursor.execute(statement)
+        yield
+
+
 def overview(using: str | None = None, *, minutes: bool = True) -> Overview:
     """Collect every queue's figures, the live workers and (if ``minutes``) the last hour."""
     using = using or jobqueue_settings.DATABASE
+    with one_snapshot(using):
+        return _overview(using, minutes=minutes)
+
+
+def _overview(using: str, *, minutes: bool) -> Overview:
     now = database_now(using)
     queues = _live_queue_stats(using, now)
     hour_ago = now - timedelta(hours=1)
@@ -202,9 +230,15 @@ def metrics_snapshot(using: str | None = None) -> MetricsSnapshot:
     Every query is served by a partial index or a small table, so the cost follows
     the live jobs and dead letters, never the done jobs kept. A queue of
     ``JOBQUEUE["QUEUES"]`` and the default queue are listed even while empty, so
-    that their series do not vanish between jobs.
+    that their series do not vanish between jobs. All is read from one
+    snapshot, so that a job is counted in one state only.
     """
     using = using or jobqueue_settings.DATABASE
+    with one_snapshot(using):
+        return _metrics_snapshot(using)
+
+
+def _metrics_snapshot(using: str) -> MetricsSnapshot:
     now = database_now(using)
     queues = _live_queue_stats(using, now)
     for name in [jobqueue_settings.DEFAULT_QUEUE, *_configured_limits()[0]]:

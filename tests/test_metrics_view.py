@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -12,15 +18,17 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.checks import run_checks
+from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobqueue import QueueClient
-from django_jobqueue.models import Job, Worker
+from django_jobqueue.models import Job, JobStatus, Worker
 from django_jobqueue.views import QUEUE_SERIES
 from tests.worker_support import wait_until
 
+ROOT = Path(__file__).resolve().parent.parent
 URL = "/jobqueue/metrics"
 TOKEN = "k3Qx-8vVbN2mZpL0rT7wYcE5uH1jA9sDfG4"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -201,6 +209,71 @@ def test_a_bad_token_setting_is_a_check_error(token: Any, problem: str) -> None:
 
 def test_a_good_token_setting_passes_the_check(token: str) -> None:
     assert not [e for e in run_checks() if e.id == "django_jobqueue.E015"]
+
+
+def test_a_claim_committing_mid_scrape_is_counted_in_one_state_only(
+    postgresql_only: None, known_jobs: dict[str, Job], operator: Client
+) -> None:
+    """A worker claims a ready job between the scrape's count of ready jobs and its count of running ones.
+
+    Read statement by statement, the scrape would count that job twice: as
+    ready, then as running. On one snapshot it sees the state before the claim.
+    """
+    claimed: list[Job | None] = []
+
+    def claim_after_the_ready_count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if not claimed and params and JobStatus.READY in params and '"status"' in sql:
+            # Another thread, so another connection: its claim commits on its own.
+            worker = threading.Thread(
+                target=lambda: claimed.append(QueueClient().pull("emails", worker_id="w2"))
+            )
+            worker.start()
+            worker.join(timeout=30)
+        return result
+
+    with connection.execute_wrapper(claim_after_the_ready_count):
+        samples = parse(operator.get(URL).content.decode())
+    assert claimed and claimed[0] is not None, "the claim ran between the scrape's statements"
+    assert value(samples, "jobqueue_queue_jobs", queue="emails", state="ready") == 3
+    assert value(samples, "jobqueue_queue_jobs", queue="emails", state="running") == 1
+    # The next scrape sees the claim.
+    samples = parse(operator.get(URL).content.decode())
+    assert value(samples, "jobqueue_queue_jobs", queue="emails", state="ready") == 2
+    assert value(samples, "jobqueue_queue_jobs", queue="emails", state="running") == 2
+
+
+SCRAPE_WITHOUT_A_DATABASE = """
+import json, django
+django.setup()
+from django.conf import settings
+from django.test import Client, override_settings
+with override_settings(JOBQUEUE={**settings.JOBQUEUE, "METRICS_TOKEN": "%s"}, ALLOWED_HOSTS=["testserver"]):
+    response = Client().get("%s", headers={"Authorization": "Bearer %s"})
+print(json.dumps([response.status_code, response["Content-Type"], response.content.decode()]))
+"""
+
+
+def test_a_database_that_does_not_answer_is_a_503_not_empty_queues() -> None:
+    """A process of its own whose database address is a port where nothing listens."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    env["DATABASE_URL"] = f"postgres://nobody@127.0.0.1:{closed_port()}/nowhere?connect_timeout=2"
+    script = SCRAPE_WITHOUT_A_DATABASE % (TOKEN, URL, TOKEN)
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    status, content_type, body = json.loads(run.stdout.splitlines()[-1])
+    assert (status, content_type) == (503, "text/plain; charset=utf-8")
+    assert body == "the queue's database did not answer\n"
+    assert "queue metrics: the database did not answer" in run.stderr
+
+
+def closed_port() -> int:
+    """A TCP port on 127.0.0.1 where nothing listens: bound, then let go."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 # -- over real HTTP, with a real worker --------------------------------------------------

@@ -58,6 +58,9 @@ class Engine:
     # other limited claim runs until this one commits, and the claim's reads see
     # every one committed before (queue/ops/limited.py).
     flow_lock: str = ""
+    # The first statement of a read-only transaction whose reads must all see one
+    # snapshot of the database; None where reads are left statement by statement.
+    snapshot_read: str | None = None
     # ``str.format`` templates for ``now_plus``, ``json_push`` and ``json_pop``.
     now_plus_template: str = ""
     json_push_template: str = ""

@@ -24,6 +24,8 @@ class PostgreSQLEngine(Engine):
     # One lock for every limited claim of the database, held to the claim's commit.
     # The number is arbitrary: it only has to be this product's own.
     flow_lock = "SELECT pg_advisory_xact_lock(7100160716)"
+    # READ COMMITTED takes a new snapshot per statement; a scrape's counts must add up.
+    snapshot_read = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
     clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
     for_update = "FOR UPDATE"

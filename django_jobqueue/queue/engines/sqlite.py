@@ -17,6 +17,9 @@ class SQLiteEngine(Engine):
     # write lock from its first statement, also in a DEFERRED transaction: its
     # counts are then read by the only writer (SQLite has no row locks to wait on).
     flow_lock = "UPDATE django_jobqueue_queuestate SET paused = paused WHERE id = -1"
+    # None: a transaction opened for the reads would take the write lock under
+    # transaction_mode IMMEDIATE and stall every worker for the scrape's length.
+    snapshot_read = None
     least = "MIN"
     clock_minus_template = (
         "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', {seconds})) || '000')"
