@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 from django.test import override_settings
+from django.urls import reverse
 
 from django_jobqueue import JobPayloadError, QueueClient, UnknownJobError, batch
 from django_jobqueue.models import Batch, DeadLetter, Job
@@ -317,3 +318,25 @@ def test_a_dead_letter_retried_while_the_last_job_is_acked_is_counted_once(queue
         assert (row.done, row.failed) == (1, 1)
     assert len(callbacks()) == 1
     assert connection.vendor == "postgresql"
+
+
+# -- admin ---------------------------------------------------------------------------
+
+
+def test_the_batch_pages_show_progress_counts_and_the_callback(queue, login):
+    client = login("viewer", "view_batch", "view_job")
+    opened, _ = parts(queue, 4)
+    first, second, *rest = claim_all(queue)
+    queue.ack(first, worker_id=WORKER)
+    queue.fail(second, worker_id=WORKER, error="no")
+    listing = client.get(reverse("admin:django_jobqueue_batch_changelist"))
+    assert listing.status_code == 200
+    assert "2 of 4 finished (50%), running" in listing.content.decode()
+    page = client.get(reverse("admin:django_jobqueue_batch_change", args=[opened.id])).content.decode()
+    assert "2 of 4 finished (50%), running" in page and "not yet" in page
+    queue.cancel_jobs(rest)
+    callback = Batch.objects.get(pk=opened.id).callback_job_id
+    page = client.get(reverse("admin:django_jobqueue_batch_change", args=[opened.id])).content.decode()
+    assert "4 of 4 finished (100%), finished" in page
+    assert reverse("admin:django_jobqueue_job_change", args=[callback]) in page
+    assert f"{DONE} job #{callback}" in page
