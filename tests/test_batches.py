@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -209,9 +210,7 @@ def test_an_expired_claim_with_its_attempts_spent_counts_as_failed(queue):
     opened, [job] = parts(queue, 1)
     Job.objects.filter(pk=job.pk).update(max_attempts=1)
     queue.pull("parts", worker_id=WORKER, visibility_timeout=0.001)
-    import time
-
-    time.sleep(0.05)
+    time.sleep(0.05)  # past the claim's deadline, on the database's clock
     assert queue.tick_timeouts() == 1
     [callback] = callbacks()
     assert callback.payload["failed"] == 1
