@@ -23,11 +23,12 @@ from .exceptions import (
 if TYPE_CHECKING:
     from .decorators import job
     from .enqueueing import enqueue, enqueue_many
-    from .queue import QueueClient
+    from .queue import QueueClient, batch
     from .worker.context import JobContext
 
 _LAZY = {
     "job": "django_jobqueue.decorators",
+    "batch": "django_jobqueue.queue",
     "enqueue": "django_jobqueue.enqueueing",
     "enqueue_many": "django_jobqueue.enqueueing",
     "QueueClient": "django_jobqueue.queue",
@@ -45,6 +46,7 @@ __all__ = [
     "QueueClient",
     "Retry",
     "UnknownJobError",
+    "batch",
     "enqueue",
     "enqueue_many",
     "job",

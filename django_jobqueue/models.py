@@ -69,6 +69,9 @@ class Job(models.Model):
     attempt_history = models.JSONField(blank=True, default=list, db_default=[])
     # The W3C trace context of the span that enqueued the job (the opentelemetry extra).
     trace_context = models.JSONField(null=True, blank=True)
+    # The Batch this job belongs to (``batch()``); NULL for a job of none. Set when
+    # the batch's block ends, in its transaction, and never changed after.
+    batch_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -133,6 +136,13 @@ class Job(models.Model):
                 condition=Q(unique_key__isnull=False),
                 name="jobqueue_unique_key_idx",
             ),
+            # A batch's jobs, and whether any is still live (queue/ops/batches.py):
+            # only jobs of a batch pay for it.
+            models.Index(
+                fields=["batch_id", "status"],
+                condition=Q(batch_id__isnull=False),
+                name="jobqueue_batch_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -183,6 +193,8 @@ class DeadLetter(models.Model):
     progress = models.JSONField(null=True, blank=True)
     attempt_history = models.JSONField(blank=True, default=list, db_default=[])
     trace_context = models.JSONField(null=True, blank=True)
+    # Kept from the job: a dead letter of a batch counts as failed, and a retry rejoins it.
+    batch_id = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -191,10 +203,51 @@ class DeadLetter(models.Model):
             models.Index(fields=["name", "failed_at"], name="jobqueue_dead_name_idx"),
             # A Task's result by id (backends.py) looks here once the job is dead.
             models.Index(fields=["job_id"], name="jobqueue_dead_job_idx"),
+            models.Index(
+                fields=["batch_id"], condition=Q(batch_id__isnull=False), name="jobqueue_dead_batch_idx"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} (job #{self.job_id}) failed"
+
+
+class Batch(models.Model):
+    """Jobs enqueued in one ``with batch(...)`` block, and the callback enqueued once all have finished.
+
+    ``total`` is fixed when the block ends; ``done``, ``failed`` and
+    ``cancelled`` move in the transaction that records each job's outcome (a
+    retried dead letter or a cancelled job run again moves one back), so a
+    crash can never leave them behind the jobs. Whether a batch has finished
+    is read from the jobs themselves: no live job left. ``finished_at`` and
+    ``callback_job_id`` are set in the transaction that enqueues the
+    callback, exactly once. Written only by ``queue/ops/batches.py``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    on_finish = models.CharField(max_length=200, help_text="the job enqueued once every job has finished")
+    payload = models.JSONField(default=dict, help_text="the callback's payload, before the counts")
+    # The callback's enqueue options, fixed (and checked) when the batch was opened.
+    callback_options = models.JSONField(default=dict)
+    total = models.IntegerField(default=0, help_text="jobs enqueued in the block")
+    done = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0, help_text="jobs in the dead letters")
+    cancelled = models.IntegerField(default=0)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    callback_job_id = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "batches"
+        indexes = [
+            # The tick's repair pass reads the batches not finished yet, and only they pay.
+            models.Index(
+                fields=["id"], condition=Q(finished_at__isnull=True), name="jobqueue_batch_open_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch #{self.pk} -> {self.on_finish}"
 
 
 class QueueOverview(Job):

@@ -201,3 +201,22 @@ def pid(ctx: JobContext, path: str, megabytes: int = 0) -> int:
 
 
 _leaked: list[bytearray] = []
+
+
+@job(name="workers.batch_part", takes_context=True, max_attempts=3)
+def batch_part(ctx: JobContext, path: str, n: int, fail: bool = False, seconds: float = 0.0) -> int:
+    """A job of a batch: note it, sleep ``seconds``, and with ``fail`` go to the dead letters."""
+    note(path, "part", ctx, n=n)
+    if seconds:
+        time.sleep(seconds)
+    if fail:
+        raise Fail(f"part {n} fails for good")
+    return n
+
+
+@job(name="workers.batch_done", takes_context=True)
+def batch_done(
+    ctx: JobContext, path: str, batch_id: int, done: int, failed: int, cancelled: int, **payload: Any
+) -> None:
+    """A batch's callback: note the counts and the payload it was given."""
+    note(path, "batch_done", ctx, batch_id=batch_id, done=done, failed=failed, cancelled=cancelled, **payload)

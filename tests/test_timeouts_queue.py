@@ -425,7 +425,11 @@ def test_cancel_sends_no_notification_where_the_database_has_none(queue, sqlite_
         (change,) = queue.cancel_jobs([running])
     assert change.was_running
     assert not [q for q in queries.captured_queries if "notify" in q["sql"].lower()]
-    assert len(queries) == 1, "the cancel alone"
+    # In a transaction of its own, as the counts of a batch's jobs move with the cancel.
+    statements = [
+        q["sql"] for q in queries.captured_queries if q["sql"].split()[0] not in ("BEGIN", "COMMIT")
+    ]
+    assert len(statements) == 1, "the cancel alone"
 
 
 def test_a_cancelled_running_job_keeps_its_owner_and_a_ready_one_has_none(queue):

@@ -4,6 +4,7 @@ Code outside ``queue/`` imports from here, never from ``ops`` or ``engines``:
 ``QueueClient`` for every transition, and the result types it returns.
 """
 
+from .batching import OpenBatch, batch
 from .client import QueueClient
 from .engines import engine_for
 from .ops import CANCEL_CHANNEL, NOTIFY_CHANNEL, DeletedDeadLetter, JobChange, RetriedDeadLetter
@@ -13,7 +14,9 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "DeletedDeadLetter",
     "JobChange",
+    "OpenBatch",
     "QueueClient",
     "RetriedDeadLetter",
+    "batch",
     "engine_for",
 ]

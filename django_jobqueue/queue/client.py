@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
+from django.db import transaction
 from django.db.models import QuerySet
 
 from ..conf import jobqueue_settings
 from ..exceptions import WorkerIdInUse
 from ..models import DeadLetter, Job
-from . import ops
+from . import batching, ops
 from .backoff import backoff_delay
 from .ops.limited import FlowState
 from .preparation import Item, copyable, prepare_job, prepared
@@ -64,18 +66,23 @@ class QueueClient:
         whole before its first statement.
         """
         items = list(items)
+        batching.check_database(self.using)
         jobs = prepared(items)
         if ops.writes_by_copy(self.using, len(items)) and copyable(items):
-            return traced_insert(
-                lambda trace_context: ops.copy_jobs(self.using, len(items), jobs, trace_context),
-                "jobqueue.enqueue_many",
-                {"messaging.batch.message_count": len(items)},
+            return batching.joined(
+                traced_insert(
+                    lambda trace_context: ops.copy_jobs(self.using, len(items), jobs, trace_context),
+                    "jobqueue.enqueue_many",
+                    {"messaging.batch.message_count": len(items)},
+                )
             )
         new_jobs = list(jobs)
-        return traced_insert(
-            lambda trace_context: ops.insert_jobs(self.using, new_jobs, trace_context),
-            "jobqueue.enqueue_many",
-            {"messaging.batch.message_count": len(new_jobs)},
+        return batching.joined(
+            traced_insert(
+                lambda trace_context: ops.insert_jobs(self.using, new_jobs, trace_context),
+                "jobqueue.enqueue_many",
+                {"messaging.batch.message_count": len(new_jobs)},
+            )
         )
 
     def push_task(self, backend: str, name: str, payload: Mapping[str, Any], **options: Any) -> Job:
@@ -92,11 +99,14 @@ class QueueClient:
 
     def _insert_one(self, new_job: ops.NewJob) -> Job:
         """Insert ``new_job``, with the trace context it is enqueued in, and return it."""
-        return traced_insert(
+        batching.check_database(self.using)
+        job = traced_insert(
             lambda trace_context: ops.insert_jobs(self.using, [new_job], trace_context)[0],
             f"jobqueue.enqueue {new_job.name}",
             {"messaging.destination.name": new_job.queue},
         )
+        batching.joined([job])
+        return job
 
     # -- claiming --------------------------------------------------------------
 
@@ -151,7 +161,10 @@ class QueueClient:
         """
         keep = jobqueue_settings.KEEP_COMPLETED > 0
         result_json = encode_result(result) if keep else None
-        return ops.complete(self.using, _fence(job, worker_id), result_json, keep)
+        if isinstance(job, Job) and job.batch_id is None:
+            return ops.complete(self.using, _fence(job, worker_id), result_json, keep)
+        # A job of a batch, or one known by its id alone: its batch counts it in the ack's transaction.
+        return ops.complete_counted(self.using, _fence(job, worker_id), result_json, keep)
 
     def ack_many(self, acks: Sequence[tuple[Job, Any]], *, worker_id: str) -> set[tuple[int, int]]:
         """Ack ``(job, result)`` pairs of claims ``pull`` returned, in one statement.
@@ -164,7 +177,19 @@ class QueueClient:
         if not completions:
             return set()
         keep = jobqueue_settings.KEEP_COMPLETED > 0
-        return ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
+        batch_of = _batch_of(acks)
+        if not batch_of:
+            return ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
+        with transaction.atomic(using=self.using):
+            acked = ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
+            self._count_done(batch_of, acked)
+        return acked
+
+    def _count_done(self, batch_of: Mapping[int, int], acked: set[tuple[int, int]]) -> None:
+        """Count the acked jobs of batches as done: one update per batch, in the acks' transaction."""
+        done = ops.tally((batch_of.get(job_id), ops.Counts(done=1)) for job_id, _token in acked)
+        if done:
+            ops.record_outcomes(self.using, done)
 
     @staticmethod
     def _completions(acks: Sequence[tuple[Job, Any]]) -> list[tuple[int, int, str | None]]:
@@ -197,16 +222,23 @@ class QueueClient:
         timeout = None
         if visibility_timeout is not None:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
-        return ops.claim_round(
-            self.using,
-            check_worker_id(worker_id),
-            self._completions(acks),
-            jobqueue_settings.KEEP_COMPLETED > 0,
-            queue_limits,
-            _check_limit(limit),
-            timeout,
-            self.flow,
-        )
+        batch_of = _batch_of(acks)
+        # A round without a job of a batch is the one statement (PostgreSQL) it always was.
+        with transaction.atomic(using=self.using) if batch_of else nullcontext():
+            acked, claimed = ops.claim_round(
+                self.using,
+                check_worker_id(worker_id),
+                self._completions(acks),
+                jobqueue_settings.KEEP_COMPLETED > 0,
+                queue_limits,
+                _check_limit(limit),
+                timeout,
+                self.flow,
+            )
+            if batch_of:
+                # After the claim: the batch rows' locks are held for the commit alone.
+                self._count_done(batch_of, acked)
+        return acked, claimed
 
     def nack(
         self,
@@ -272,6 +304,14 @@ class QueueClient:
     def tick_timeouts(self) -> int:
         """Expired claims -> ready (or dead letter when spent); return how many were handled."""
         return ops.tick_timeouts(self.using)
+
+    def finish_batches(self) -> list[int]:
+        """Enqueue the callback of each batch left with no live job and no callback; return their ids.
+
+        The tick's repair pass: a batch finishes in the transaction of its last
+        job's outcome, so this finds one only if a job left it uncounted.
+        """
+        return ops.finish_batches(self.using)
 
     def retry_dead_letter(self, dead_letter: DeadLetter | int) -> Job:
         """Put a dead letter back on its queue as a ready job with attempts reset.
@@ -474,6 +514,11 @@ class QueueClient:
             if on_batch is not None:
                 on_batch(batch)
         return done
+
+
+def _batch_of(acks: Sequence[tuple[Job, Any]]) -> dict[int, int]:
+    """The batch of each acked job that belongs to one (a claimed job's batch never changes)."""
+    return {job.pk: job.batch_id for job, _result in acks if job.batch_id is not None}
 
 
 def _fence(job: JobRef, worker_id: str) -> ops.Fence:

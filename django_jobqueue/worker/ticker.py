@@ -64,6 +64,7 @@ class Ticker(Service):
         if handled:
             logger.warning("rescued %s expired claim(s): back to ready, or dead letter if spent", handled)
             self.on_rescue()
+        self.client.finish_batches()
         stale = self.client.prune_workers(WORKER_STALE_AFTER)
         if stale:
             logger.info("deleted %s stale worker row(s)", stale)

@@ -153,3 +153,22 @@ class Unprintable(Exception):  # noqa: N818 - named for what it does to a worker
 @job(name="faults.unprintable", max_attempts=1)
 def unprintable() -> None:
     raise Unprintable()
+
+
+@job(name="faults.batch_part", takes_context=True, max_attempts=20)
+def batch_part(ctx: JobContext, seconds: float = 0.0, n: int = 0, fail: bool = False) -> int:
+    """A job of the batch scenario: its ledger row, and with ``fail`` the dead letters at once."""
+    entry = _begin(ctx)
+    time.sleep(seconds)
+    ledger.end(entry)
+    if fail:
+        raise Fail(f"part {n} fails for good")
+    return n
+
+
+@job(name="faults.batch_done", takes_context=True, max_attempts=20)
+def batch_done(ctx: JobContext, batch_id: int, done: int, failed: int, cancelled: int, scenario: str) -> None:
+    """The batch scenario's callback: its ledger row notes the counts it was called with."""
+    entry = _begin(ctx)
+    counts = {"batch_id": batch_id, "done": done, "failed": failed, "cancelled": cancelled}
+    ledger.end(entry, note=json.dumps({"scenario": scenario, **counts}))

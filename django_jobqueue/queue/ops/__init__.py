@@ -3,7 +3,8 @@
 One module per stage: ``enqueue`` and ``copy`` (new jobs), ``claims`` (claim,
 ack, retry, bury, extend, release), ``upkeep`` (expired claims, pruning),
 ``history`` (the attempt history's entry, which those write), ``dead_letters``,
-``operator`` (the admin's batches), ``pauses`` (queue pauses) and ``workers``
+``operator`` (the admin's batches), ``batches`` (``batch()``'s counts and
+callback, which the others call), ``pauses`` (queue pauses) and ``workers``
 (worker rows); what they share is in ``tables``, and what differs per database
 in ``queue/engines``.
 
@@ -17,10 +18,12 @@ Callers outside ``queue/`` go through ``QueueClient`` and the names
 ``django_jobqueue.queue`` exports; none imports a stage module.
 """
 
+from .batches import Counts, finish_batches, open_batch, record_outcomes, seal_batch, tally
 from .claims import (
     attempts_of,
     bury,
     complete,
+    complete_counted,
     complete_many,
     ended_claims,
     extend,
@@ -60,6 +63,7 @@ __all__ = [
     "MAX_HISTORY_ERROR_CHARS",
     "NOTIFY_CHANNEL",
     "ROWS_PER_STATEMENT",
+    "Counts",
     "DeletedDeadLetter",
     "Fence",
     "IdsQuery",
@@ -74,6 +78,7 @@ __all__ = [
     "claim",
     "claim_round",
     "complete",
+    "complete_counted",
     "complete_many",
     "copy_jobs",
     "delete_dead_letter_batch",
@@ -81,12 +86,15 @@ __all__ = [
     "extend",
     "extend_claims",
     "failure_outcome",
+    "finish_batches",
     "insert_jobs",
     "live_worker",
+    "open_batch",
     "pause_queue",
     "paused_queues",
     "prune",
     "prune_workers",
+    "record_outcomes",
     "record_progress",
     "register_worker",
     "release",
@@ -95,6 +103,8 @@ __all__ = [
     "retry_dead_letter_batch",
     "retry_later",
     "run_jobs_now",
+    "seal_batch",
+    "tally",
     "tick_timeouts",
     "resize_worker",
     "unregister_worker",

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..engines import Engine, engine_for
 from ..native import run_bound
 from . import history
+from .batches import Counts, record_outcomes
 from .dead_letters import move_to_dead_letters
 from .tables import HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine, marks
 
@@ -34,6 +35,31 @@ def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> b
     else:
         cursor.execute(f"DELETE FROM {JOB} WHERE {where}", params)
     return cursor.rowcount == 1
+
+
+def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
+    """``complete`` for a job that may belong to a batch; the batch counts it in the same transaction.
+
+    The ack of a job known to be of no batch is ``complete``'s one statement;
+    this one returns the job's batch and so runs in a transaction of its own.
+    """
+    cursor, engine = cursor_and_engine(using)
+    where, params = fence.where()
+    with transaction.atomic(using=using):
+        if keep:
+            cursor.execute(
+                f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
+                f"locked_until = NULL, result = %s WHERE {where} RETURNING batch_id",
+                [result_json, *params],
+            )
+        else:
+            cursor.execute(f"DELETE FROM {JOB} WHERE {where} RETURNING batch_id", params)
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        if row[0] is not None:
+            record_outcomes(using, {row[0]: Counts(done=1)})
+    return True
 
 
 def complete_many(

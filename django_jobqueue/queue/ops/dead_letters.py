@@ -16,6 +16,7 @@ from django.db import transaction
 from ...models import DeadLetter, Job
 from ..engines import Engine
 from ..rows import JOB_COLUMNS_SQL, job_from_row
+from .batches import Counts, record_outcomes, tally
 from .tables import (
     DEAD,
     INSERT_COLUMNS,
@@ -45,20 +46,25 @@ def move_to_dead_letters(
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
             "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, "
-            "attempt_history, progress, trace_context) "
+            "attempt_history, progress, trace_context, batch_id) "
             "SELECT id, name, queue, payload, priority, attempts, max_attempts, visibility_timeout, timeout, "
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
             f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql}, progress, "
-            "trace_context "
-            f"FROM {JOB} WHERE {where} {lock} RETURNING job_id",
+            "trace_context, batch_id "
+            f"FROM {JOB} WHERE {where} {lock} RETURNING job_id, batch_id",
             params,
         )
-        job_ids = [row[0] for row in cursor.fetchall()]
+        moved = cursor.fetchall()
+        job_ids = [row[0] for row in moved]
         # Deleted by id alone: this transaction holds their locks (the SKIP LOCKED in
         # ``where``, or ``lock``; on SQLite, the write lock) since it read them.
         for ids in batched(job_ids, ROWS_PER_STATEMENT):
             cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(ids)})", ids)
+        # A dead letter of a batch counts as failed, in the transaction that made it one.
+        failed = tally((batch_id, Counts(failed=1)) for _job_id, batch_id in moved)
+        if failed:
+            record_outcomes(using, failed)
     return len(job_ids)
 
 
@@ -67,16 +73,16 @@ def _revive_sql(engine: Engine) -> str:
 
     The first enqueue time, the time limit, the concurrency key and limit and
     the last error, the attempt history (which goes on from there) and the last
-    progress (for a job that resumes from it) are kept; the unique key is not (a
+    progress (for a job that resumes from it) and the batch are kept; the unique key is not (a
     live job may hold it by now). The key is no such hazard: it only limits how
     many run at once.
     """
     return (
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history, progress{TRACE_COLUMN}) "
+        f"INSERT INTO {JOB} ({INSERT_COLUMNS}, attempt_history, progress, batch_id{TRACE_COLUMN}) "
         "SELECT name, queue, payload, priority, 'ready', 0, max_attempts, visibility_timeout, timeout, "
         "concurrency_key, concurrency_limit, "
         f"{engine.now}, 0, NULL, error, traceback, enqueued_at, task_backend, attempt_history, progress, "
-        f"trace_context FROM {DEAD}"
+        f"batch_id, trace_context FROM {DEAD}"
     )
 
 
@@ -96,7 +102,11 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
         if row is None:
             raise DeadLetter.DoesNotExist(f"dead letter {dead_letter_id} does not exist")
         cursor.execute(f"DELETE FROM {DEAD} WHERE id = %s", [dead_letter_id])
-    return job_from_row(using, row)
+        job = job_from_row(using, row)
+        if job.batch_id is not None:
+            # Outstanding again: no longer failed, unless its batch has finished already.
+            record_outcomes(using, {job.batch_id: Counts(failed=-1)})
+    return job
 
 
 # An SQL ``SELECT`` of dead-letter ids and its parameters: the rows an operator chose.
@@ -152,14 +162,19 @@ def retry_dead_letter_batch(
         # Ids are drawn in the order the ORDER BY hands rows to the insert, so
         # the new jobs sorted by id pair up with the dead letters sorted by id.
         cursor.execute(
-            f"{_revive_sql(engine)} WHERE id IN ({marks(ids)}) ORDER BY id RETURNING id, name, queue", ids
+            f"{_revive_sql(engine)} WHERE id IN ({marks(ids)}) "
+            "ORDER BY id RETURNING id, name, queue, batch_id",
+            ids,
         )
         created = sorted(cursor.fetchall())
         cursor.execute(f"DELETE FROM {DEAD} WHERE id IN ({marks(ids)})", ids)
         notify_queues(using, [row[2] for row in created])
+        revived = tally((row[3], Counts(failed=-1)) for row in created)
+        if revived:
+            record_outcomes(using, revived)
     return [
         RetriedDeadLetter(dead_id, old_job_id, job_id, name, queue)
-        for (dead_id, old_job_id), (job_id, name, queue) in zip(picked, created, strict=True)
+        for (dead_id, old_job_id), (job_id, name, queue, _batch_id) in zip(picked, created, strict=True)
     ]
 
 

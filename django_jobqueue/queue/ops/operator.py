@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
 from . import history
+from .batches import Counts, record_outcomes, tally
 from .tables import JOB, LIVE, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
@@ -34,6 +34,11 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
         return []
     cursor, engine = cursor_and_engine(using)
     now = engine.now
+    # Read first and locked: which of them are cancelled jobs of a batch, that count as cancelled no more.
+    cancelled_sql = (
+        f"SELECT id, batch_id FROM {JOB} WHERE id IN ({marks(job_ids)}) "
+        f"AND status = 'cancelled' AND batch_id IS NOT NULL {engine.for_update}"
+    )
     key_is_free = (
         f"unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {JOB} AS holder "
         f"WHERE holder.unique_key = {JOB}.unique_key AND holder.status IN {LIVE})"
@@ -41,6 +46,8 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
     try:
         # A savepoint: a unique-key conflict leaves the caller's transaction usable.
         with transaction.atomic(using=using):
+            cursor.execute(cancelled_sql, list(job_ids))
+            batch_of = dict(cursor.fetchall())
             cursor.execute(
                 f"UPDATE {JOB} SET status = 'ready', "
                 f"run_at = CASE WHEN run_at > {now} THEN {now} ELSE run_at END, "
@@ -53,6 +60,9 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             )
             changed = [JobChange(*row) for row in sorted(cursor.fetchall())]
             notify_queues(using, [change.queue for change in changed])
+            revived = tally((batch_of.get(change.job_id), Counts(cancelled=-1)) for change in changed)
+            if revived:
+                record_outcomes(using, revived)
     except IntegrityError:
         # Two cancelled jobs of one key in this batch (the NOT EXISTS of each
         # sees the other as still cancelled), or an enqueue of that key racing
@@ -73,8 +83,8 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
     if not job_ids:
         return []
     cursor, engine = cursor_and_engine(using)
-    # Where a notification is sent, it commits with the cancel, or neither does.
-    with transaction.atomic(using=using) if engine.supports_listen_notify else nullcontext():
+    # A notification commits with the cancel, or neither does; so do the counts of the jobs' batches.
+    with transaction.atomic(using=using):
         # A running job's attempt ends here: its history entry is written with the cancel.
         ended = history.pushed_entry(engine, history.CANCELLED, "''")
         attempts = f"CASE WHEN status = 'running' THEN {ended} ELSE attempt_history END"
@@ -86,12 +96,13 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             "locked_by = CASE WHEN status = 'running' THEN locked_by END, "
             f"attempt_history = {attempts} "
             f"WHERE id IN ({marks(job_ids)}) AND status IN {LIVE} "
-            "RETURNING id, name, queue, locked_by IS NOT NULL",
+            "RETURNING id, name, queue, locked_by IS NOT NULL, batch_id",
             list(job_ids),
         )
-        changed = [
-            JobChange(job_id, name, queue, bool(running))
-            for job_id, name, queue, running in sorted(cursor.fetchall())
-        ]
+        rows = sorted(cursor.fetchall())
+        changed = [JobChange(job_id, name, queue, bool(running)) for job_id, name, queue, running, _ in rows]
         notify_cancelled(using, [change.job_id for change in changed if change.was_running])
+        cancelled = tally((row[4], Counts(cancelled=1)) for row in rows)
+        if cancelled:
+            record_outcomes(using, cancelled)
     return changed
