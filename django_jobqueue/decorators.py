@@ -102,6 +102,7 @@ def job(
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
     cron: str | None = None,
     every: timedelta | int | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 
 
@@ -120,6 +121,7 @@ def job(
     fail_on: type[BaseException] | Iterable[type[BaseException]] = (),
     cron: str | None = None,
     every: timedelta | int | None = None,
+    atomic: bool = False,
 ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
     """Register a function as a job, named ``"<module>.<qualname>"`` unless ``name`` is given.
 
@@ -131,9 +133,13 @@ def job(
     timed out; ``None`` leaves it to ``JOBQUEUE["TIMEOUT"]``.
     ``concurrency_limit`` (1 to 10,000) is how many jobs of this name with one
     ``concurrency_key`` may run at once when an enqueue gives a key and no
-    limit; it does nothing for jobs enqueued without a key. Raise
-    ``ValueError`` for a bad option or a name taken by another function,
-    ``TypeError`` for a ``fail_on`` that is not exception classes.
+    limit; it does nothing for jobs enqueued without a key.
+    ``atomic=True`` runs the function inside ``transaction.atomic()`` on the
+    queue's database and commits the job's ack in that same transaction: its
+    writes to that database and its completion happen together or not at all
+    (docs/workflows.md). Raise ``ValueError`` for a bad option or a name taken
+    by another function, ``TypeError`` for a ``fail_on`` that is not exception
+    classes or an ``atomic`` that is not a bool.
 
     ``cron`` (five fields, in ``TIME_ZONE``) or ``every`` (seconds) also
     declares a schedule named after the job, with an empty payload; the
@@ -141,6 +147,8 @@ def job(
     """
     if cron is not None and every is not None:
         raise ValueError("give @job either cron or every, not both")
+    if not isinstance(atomic, bool):
+        raise TypeError(f"atomic must be True or False, not {atomic!r}")
     schedule = {"cron": cron} if cron is not None else {"every": every} if every is not None else None
 
     def decorate(function: Callable[..., Any]) -> JobFunction:
@@ -160,6 +168,7 @@ def job(
             takes_context=bool(takes_context),
             fail_on=check_fail_on(fail_on),
             schedule=schedule,
+            atomic=atomic,
         )
         registry.register(spec)
         return JobFunction(spec)

@@ -36,6 +36,9 @@ class JobSpec:
     concurrency_limit: int | None = None
     takes_context: bool = False
     fail_on: tuple[type[BaseException], ...] = ()
+    # @job(atomic=True): the function runs in transaction.atomic() on the queue's database and
+    # the ack commits in that transaction (worker/attempt.py).
+    atomic: bool = False
     # @job(cron=...) / @job(every=...): {"cron": ...} or {"every": ...}, a
     # schedule named after the job with an empty payload (schedules.py).
     schedule: dict[str, Any] | None = None

@@ -52,13 +52,15 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+from django.db import connections, transaction
+
 from .. import registry
 from ..exceptions import Fail, Retry, UnknownJobError
 from ..models import Job
 from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
 from .context import JobContext
-from .outcomes import Action
+from .outcomes import Action, Outcome
 from .progress import ProgressReport
 from .tracing import traced_run
 
@@ -157,6 +159,9 @@ class Attempt:
     died: str = ""
     # True if its child process was gone before it was even sent the job: it never ran.
     unsent: bool = False
+    # An atomic job's ack, written in its own transaction: DONE if it committed, LOST if the
+    # fence refused it (everything rolled back). None: the executor writes the verdict.
+    settled: Outcome | None = None
 
 
 def timeout_verdict(job: Job, control: Any, attempt: Attempt | None) -> Verdict:
@@ -208,15 +213,18 @@ def _attempt(
     task_run = None
     spec = None
     try:
+        if not job.task_backend:
+            spec = _spec(job, worker_id)
+            if spec.atomic:
+                return _atomic_attempt(job, spec, worker_id, client, stopped, guard, report)
         with guard if guard is not None else nullcontext():
-            if job.task_backend:
+            if spec is None:
                 # A Django Task (the one job found by its path, and only if it is a Task).
                 from .tasks import TaskRun
 
                 task_run = TaskRun(job)
                 result = task_run.call()
             else:
-                spec = _spec(job, worker_id)
                 result = _call(job, spec, worker_id, client, stopped, report)
     except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
         fail_on = spec.fail_on if spec is not None else ()
@@ -225,6 +233,51 @@ def _attempt(
             verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
         return Attempt(verdict, task_run, exc)
     return Attempt(verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run)
+
+
+class _Undone(Exception):  # noqa: N818 - never escapes _atomic_attempt
+    """Roll an atomic job's transaction back: its verdict is not an ack, or the ack was refused."""
+
+    def __init__(self, verdict: Verdict, settled: Outcome | None = None) -> None:
+        super().__init__(verdict.error)
+        self.verdict = verdict
+        self.settled = settled
+
+
+def _atomic_attempt(
+    job: Job,
+    spec: registry.JobSpec,
+    worker_id: str,
+    client: QueueClient,
+    stopped: Callable[[], bool],
+    guard: AbstractContextManager[Any] | None,
+    report: ProgressReport | None,
+) -> Attempt:
+    """Run an ``atomic=True`` job and ack it in one transaction on the queue's database.
+
+    ``guard`` covers the job's code alone: an interruption (a timeout) lands
+    there and unwinds through the rollback, never inside the ack or the
+    commit. What the job raised is returned as its verdict once the
+    transaction is rolled back, so that the retry or dead letter is written
+    on its own, outside it.
+    """
+    if not connections[client.using].features.supports_transactions:
+        message = f"database {client.using!r} has no transactions: atomic job {job.name!r} cannot run there"
+        return Attempt(Verdict(Action.FAIL, error=f"Fail: {message}"))
+    try:
+        with transaction.atomic(using=client.using):
+            with guard if guard is not None else nullcontext():
+                result = _call(job, spec, worker_id, client, stopped, report)
+            verdict = verdict_for_result(result)
+            if verdict.action is not Action.ACK:
+                raise _Undone(verdict)  # dead-lettered for its return value: its writes go too
+            if not client.ack(job, worker_id=worker_id, result=verdict.result):
+                raise _Undone(verdict, Outcome.LOST)
+    except _Undone as undone:
+        return Attempt(undone.verdict, settled=undone.settled)
+    except BaseException as exc:  # noqa: B036 - the outcome table, as in _attempt
+        return Attempt(verdict_for(exc, fail_on=spec.fail_on), raised=exc)
+    return Attempt(verdict, settled=Outcome.DONE)
 
 
 def _spec(job: Job, worker_id: str) -> registry.JobSpec:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.db import connections
+
 from ..models import Job
-from ..queue import QueueClient
+from ..queue import QueueClient, engine_for
 from ..queue.validation import check_progress
 from .progress import DirectProgress, PendingProgress, ProgressReport
 
@@ -63,7 +66,18 @@ class JobContext:
         shortens the deadline set here. Return False if the claim is no longer
         held (it expired and was re-claimed, or the job was cancelled).
         """
-        return self._client.extend_visibility(self.job, worker_id=self.worker_id, extension=seconds)
+        client = self._client
+        connection = connections[client.using]
+        if connection.in_atomic_block and engine_for(connection).supports_concurrent_writers:
+            # Inside a transaction on the queue's database (an atomic job's): written there, the
+            # deadline would stay unseen until the job ends, and its row lock would hold the
+            # heartbeat back meanwhile. Where writers run side by side it commits on a connection
+            # of its own; where one writer holds the database, nobody can rescue the claim before
+            # this transaction ends anyway.
+            return _on_own_connection(
+                lambda: client.extend_visibility(self.job, worker_id=self.worker_id, extension=seconds)
+            )
+        return client.extend_visibility(self.job, worker_id=self.worker_id, extension=seconds)
 
     def progress(self, current: float, total: float | None = None, message: str = "") -> None:
         """Report how far the job got: ``current`` of ``total`` (None: unknown), and a short ``message``.
@@ -98,3 +112,24 @@ def _direct_report(job: Job, worker_id: str, client: QueueClient) -> ProgressRep
         sink.reported(pending)
 
     return report
+
+
+def _on_own_connection(call: Callable[[], bool]) -> bool:
+    """Run ``call`` in a thread of its own, and so on a connection of its own, closed after it."""
+    answer: list[bool] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answer.append(call())
+        except BaseException as exc:  # noqa: B036 - raised again in the job's thread
+            error.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name="jobqueue-extend-visibility")
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return answer[0]

@@ -3,8 +3,11 @@
 What the job's run comes to (its verdict) is ``attempt.py``'s outcome table;
 here it is written to the queue and logged.
 
-A job told to stop while it ran (``control.py``) ends so, whatever it
-returned: ``cancelled`` (nothing written: the row already says so) or ``lost``
+An atomic job (``@job(atomic=True)``) has acked in its own transaction
+before its attempt returns (``attempt.py``): its outcome is ``done``, or
+``lost`` if the fence refused the ack and everything rolled back, and nothing
+more is written. Any other job told to stop while it ran (``control.py``)
+ends so, whatever it returned: ``cancelled`` (nothing written: the row already says so) or ``lost``
 (its claim is another's); a timed-out one is a failure, ``JobTimeout: timed
 out after N s``, retried with backoff or dead-lettered like any other. A job
 whose child process died under it (killed from outside) is ``lost`` as if
@@ -239,6 +242,11 @@ class Executor:
                 duration,
             )
             return control.outcome
+        if attempt.settled is not None and (attempt.settled is Outcome.DONE or reason is None):
+            # An atomic job acked in its own transaction (or saw the ack refused): what that
+            # transaction did is the outcome, whatever the watch learnt of the row meanwhile.
+            self._log(job, duration, attempt.settled, "")
+            return attempt.settled
         if reason is StopReason.CANCELLED or reason is StopReason.LOST:
             # The row is no longer this claim's: nothing to write.
             outcome = Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.LOST

@@ -38,6 +38,10 @@ class Engine:
     supports_pipeline: bool = False
     # jsonb_object_agg and ->>: a statement counts many groups once and looks them up by key.
     supports_json_object_agg: bool = False
+    # Writers run side by side, each locking only the rows it changed: an open transaction
+    # (an atomic job's) blocks no other writer of other rows. Without it, one open write
+    # transaction holds the whole database's write lock until it ends.
+    supports_concurrent_writers: bool = False
 
     # -- SQL fragments -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ class PostgreSQLEngine(Engine):
     supports_data_modifying_cte = True
     supports_pipeline = True
     supports_json_object_agg = True
+    supports_concurrent_writers = True
 
     now = "now()"
     clock = "clock_timestamp()"
