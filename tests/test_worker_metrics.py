@@ -258,7 +258,9 @@ def test_json_log_lines_parse_and_carry_the_outcome_fields(queue: QueueClient, t
     fields = {"event", "name", "id", "queue", "attempt", "max_attempts", "duration", "outcome", "error"}
     fields |= {"next_attempt_in", "moved_to", "worker_id", "timestamp", "level", "message"}
     assert all(set(line) == fields for line in jobs)
-    done, retry, dead = (by_name[name] for name in ("workers.keyword_only", "workers.boom", "workers.fail_now"))
+    done, retry, dead = (
+        by_name[name] for name in ("workers.keyword_only", "workers.boom", "workers.fail_now")
+    )
     assert (done["level"], done["error"], done["worker_id"], done["queue"]) == ("INFO", None, "w", "default")
     assert (retry["attempt"], retry["max_attempts"], retry["level"]) == (1, 2, "WARNING")
     assert 0 < retry["next_attempt_in"] <= 30
