@@ -27,21 +27,18 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from django.db import connections
 
 from ..models import Job
 from ..queue import QueueClient
 from .autoscale import SlotPolicy
+from .config import WorkerConfig
 from .executor import Executor
 from .outage import DATABASE_ERRORS
 from .outcomes import Outcome
 from .pool import Child, ChildStartError
 from .running import RunningJobs
-
-if TYPE_CHECKING:
-    from .supervisor import WorkerConfig
 
 logger = logging.getLogger(__name__)
 
