@@ -6,13 +6,13 @@ Threads of one worker, each with its own database connection:
   in one statement and hands each job to an idle slot; the acks of the jobs
   that finished since its last round go in the same transaction
   (``completer.py``);
-- ``concurrency`` *slots* run one job at a time each (``executor.py``), in
-  their own thread or, with ``--pool processes``, in a child process of
-  their own that the slot's thread feeds (``pool.py``). With
-  ``--concurrency MIN:MAX`` the claimer starts more slots while due jobs
-  wait and retires idle ones (``autoscale.py``): a slot retires by taking a
-  stop token from the hand-off queue instead of a job, so only a slot with
-  nothing to run ever takes one;
+- ``concurrency`` *slots* (``slots.py``) run one job at a time each
+  (``executor.py``), in their own thread or, with ``--pool processes``, in a
+  child process of their own that the slot's thread feeds (``pool.py``).
+  With ``--concurrency MIN:MAX`` the claimer starts more slots while due
+  jobs wait and retires idle ones (``autoscale.py``): a slot retires by
+  taking a stop token from the hand-off queue instead of a job, so only a
+  slot with nothing to run ever takes one;
 - once the loop stops claiming, the *completer* writes the acks still to come;
 - the heartbeat, the progress writer (``ctx.progress()``, ``progress.py``), the
   ticker, the scheduler, the watchdog and the cancel watch
@@ -39,12 +39,9 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import connections
@@ -53,19 +50,19 @@ from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
 from ..schedules import declared_schedules
-from .autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotPolicy, SlotRange
 from .completer import Completer, PendingAck
+from .config import WorkerConfig
 from .control import RunControl, StopReason
-from .executor import DEFAULT_CANCEL_GRACE, Executor
+from .executor import Executor
 from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage, Shortage, listen
-from .outcomes import Outcome
-from .pool import Child, ChildLimits, ChildStartError
+from .pool import ChildStartError
 from .progress import ProgressWriter
 from .running import RunningJobs
 from .scheduler import Scheduler
 from .shares import QueueShares
 from .signals import StopSignals
+from .slots import Slots
 from .ticker import WORKER_STALE_AFTER, Ticker, tick_interval
 from .wakeup import Wakeup
 from .watchdog import Attempts, CancelWatch, Watchdog
@@ -78,41 +75,6 @@ logger = logging.getLogger(__name__)
 
 # Seconds the claiming loop waits for more acks when only some running jobs have finished.
 ACK_LINGER = 0.001
-
-
-def default_worker_id() -> str:
-    """``<hostname>-<pid>-<6 hex digits>``: unique even when a pid is reused after a restart."""
-    return f"{socket.gethostname()[:200]}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """What ``runworker``'s options say; see the command's help for each."""
-
-    worker_id: str
-    using: str
-    queues: tuple[tuple[str, int], ...] = ()  # (name, weight); empty = every queue
-    concurrency: int = 1  # the slots at start, and the fewest an autoscaling worker keeps
-    max_concurrency: int | None = None  # --concurrency MIN:MAX: the most slots; None: fixed
-    resize_interval: float = DEFAULT_RESIZE_INTERVAL  # seconds between two resizes at most
-    shrink_after: float = DEFAULT_SHRINK_AFTER  # seconds a slot stays unneeded before it retires
-    burst: bool = False
-    max_jobs: int | None = None
-    visibility_timeout: float | None = None  # None: each job's own
-    poll_interval: float = 1.0
-    shutdown_timeout: float = 25.0
-    default_visibility_timeout: float = 30.0  # paces the ticker when no override is given
-    fire_schedules: bool = True  # run the scheduler (never in a burst)
-    pool: str = "threads"  # or "processes": each slot's jobs run in a child process
-    cancel_grace: float = DEFAULT_CANCEL_GRACE  # seconds a job told to stop gets before it is forced
-    child_limits: ChildLimits = ChildLimits()  # --pool processes: when a child is replaced
-    verbosity: int = 1  # -v, for the children's console lines
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 0  # 0: no /metrics nor /healthz
-
-    @property
-    def slot_range(self) -> SlotRange:
-        return SlotRange(self.concurrency, self.max_concurrency or self.concurrency)
 
 
 class Supervisor:
@@ -160,18 +122,9 @@ class Supervisor:
         self.started = 0
         # Why the worker refused to start (its id held by a live worker), or None.
         self.refused: str | None = None
-        # A job for any idle slot, or None: the slot that takes it exits (retired, or stopping).
-        self._handoff: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._slots: dict[int, threading.Thread] = {}  # every slot started, by number; never reused
-        self._slot_count = config.concurrency  # the slots claims are made for; retiring ones left out
-        self._children: dict[int, Child] = {}  # --pool processes: each live slot's child, by slot number
-        self._children_lock = threading.Lock()
-        self._policy: SlotPolicy | None = None
-        if not config.slot_range.fixed:
-            self._policy = SlotPolicy(
-                config.slot_range, config.resize_interval, config.shrink_after, time.monotonic()
-            )
-        self._row_slots = config.concurrency  # what the worker row says, for the admin
+        self.slots = Slots(
+            config, self.client, self.executor, self.running, self.wakeup.wake, self._signalled
+        )
         self._claimer: threading.Thread | None = None  # the thread of run()
         self.metrics: WorkerMetrics | None = None
         self.health: Health | None = None
@@ -189,6 +142,7 @@ class Supervisor:
         self.executor.observer = metrics
         self.completer.on_batch = metrics.completer_acked
         self.heartbeat.on_beat = metrics.heartbeat_beat
+        self.slots.on_resize = metrics.set_slots
         self.health = Health(metrics, self._vital_threads)
         self._server = MetricsServer(self.config.metrics_host, self.config.metrics_port, metrics, self.health)
 
@@ -200,7 +154,7 @@ class Supervisor:
 
     def slot_count(self) -> int:
         """The slots the worker claims for now: ``--concurrency``, or within its MIN:MAX."""
-        return self._slot_count
+        return self.slots.count
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming, and exit once every running job has finished."""
@@ -224,7 +178,7 @@ class Supervisor:
             hostname=socket.gethostname()[:255],
             pid=os.getpid(),
             queues=[name for name, _weight in self.config.queues],
-            concurrency=self._slot_count,
+            concurrency=self.slots.count,
             stale_after=WORKER_STALE_AFTER,
         )
 
@@ -299,31 +253,19 @@ class Supervisor:
 
     def _start_children(self) -> bool:
         """``--pool processes``: start a child per slot; False (and ``refused`` says why) if one cannot."""
-        if self.config.pool != "processes":
-            return True
         try:
-            for number in range(self.config.concurrency):
-                self._children[number] = self._new_child(number)
+            self.slots.start_children()
         except ChildStartError as exc:
             self.refused = str(exc)
-            self._retire_children()
+            self.slots.retire_children()
             self._unregister()
             return False
         return True
 
-    def _new_child(self, number: int) -> Child:
-        config = self.config
-        child = Child(
-            f"jobqueue-child-{number}", config.worker_id, config.using, config.verbosity, config.child_limits
-        )
-        child.start()
-        return child
-
     def _start(self) -> None:
         self.watchdog.start()
         self.cancel_watch.start()
-        for number in range(self.config.concurrency):
-            self._start_slot(number)
+        self.slots.start()
         self.completer.reporter.start()
         self.heartbeat.start()
         self.progress.start()
@@ -332,13 +274,6 @@ class Supervisor:
             self.scheduler.start()
         self.wakeup.start()
         self._log_started()
-
-    def _start_slot(self, number: int) -> None:
-        slot = threading.Thread(
-            target=self._slot, args=(number,), name=f"jobqueue-slot-{number}", daemon=True
-        )
-        self._slots[number] = slot
-        slot.start()
 
     def _log_started(self) -> None:
         settings = connections[self.config.using].settings_dict
@@ -368,15 +303,14 @@ class Supervisor:
                 return
             acks = self.completer.take()
             held = len(self.running)
-            if self._policy is not None:
-                self._resize(held)
+            self.slots.resize(held)
             if acks and len(acks) < held:
                 # Other slots are finishing too: a moment's wait lets one commit carry their acks
                 # and claim their slots, instead of the first ack paying a round trip alone.
                 time.sleep(ACK_LINGER)
                 acks += self.completer.take()
             # The slots of the jobs acked in this round are free once it commits.
-            free = self._slot_count - held + len(acks)
+            free = self.slots.count - held + len(acks)
             if self.config.max_jobs is not None:
                 free = min(free, self.config.max_jobs - self.started)
             if free > 0 or acks:
@@ -387,8 +321,8 @@ class Supervisor:
                     self._stopping.wait(outage.failed(exc))
                     continue
                 outage.recovered()
-                if self._policy is not None and free > 0:
-                    self._policy.claimed(more)
+                if free > 0:
+                    self.slots.claimed(more)
                 flow = self.client.flow
                 # A due job that a limit holds back (its key, its queue's cap or
                 # rate) is still due: a burst worker waits for it.
@@ -397,7 +331,7 @@ class Supervisor:
                     return
                 if more or flow.walk_next:
                     continue
-            self.wakeup.wait(self._growth_due())
+            self.wakeup.wait(self.slots.growth_due())
 
     def _claim_round(self, acks: list[PendingAck], free: int, idle: bool) -> tuple[list[Job], bool]:
         """Write ``acks`` and claim up to ``free`` jobs in one transaction; hand the jobs to slots.
@@ -427,8 +361,7 @@ class Supervisor:
         if free <= 0:
             return claimed, False
         self.running.add_many(claimed)
-        for job in claimed:
-            self._handoff.put(job)
+        self.slots.hand_off(claimed)
         self.started += len(claimed)
         if claimed:
             self.heartbeat.nudge_for(claimed)
@@ -436,77 +369,7 @@ class Supervisor:
             return claimed, len(claimed) == free
         return claimed, self.shares.record(plan, claimed)
 
-    # -- autoscaling (--concurrency MIN:MAX) -------------------------------------
-
-    def _resize(self, held: int) -> None:
-        """Grow or shrink the slots as the policy says, log it, and tell the worker row."""
-        assert self._policy is not None
-        now = time.monotonic()
-        before = self._slot_count
-        target = self._policy.decide(now, held)
-        why = ""
-        if target > before:
-            self._grow(target)
-            why = "due jobs were waiting"
-        elif target < before:
-            self._shrink(target)
-            why = f"slots unneeded for {self.config.shrink_after:g}s"
-        if self._slot_count != target:
-            self._policy.resized(self._slot_count, now)
-        if self._slot_count != before:
-            logger.info(
-                "worker %s: %s -> %s slots (%s; range %s)",
-                self.config.worker_id,
-                before,
-                self._slot_count,
-                why,
-                self.config.slot_range,
-            )
-        self._record_slots()
-        if self.metrics is not None:
-            self.metrics.set_slots(self._slot_count)
-
-    def _grow(self, target: int) -> None:
-        """Start slots (and their children) up to ``target``; fewer if a child cannot start."""
-        while self._slot_count < target:
-            number = len(self._slots)
-            if self.config.pool == "processes":
-                try:
-                    child = self._new_child(number)
-                except ChildStartError as exc:
-                    logger.error("worker %s: not growing: %s", self.config.worker_id, exc)
-                    return
-                with self._children_lock:
-                    self._children[number] = child
-            self._start_slot(number)
-            self._slot_count += 1
-
-    def _shrink(self, target: int) -> None:
-        # Each token is taken by a slot that has no job: it exits, and its child with it. The
-        # jobs already handed off sit before the tokens and go to slots that stay.
-        for _ in range(self._slot_count - target):
-            self._handoff.put(None)
-        self._slot_count = target
-
-    def _record_slots(self) -> None:
-        """Write the slot count on the worker row if it changed; a failed write is tried next round."""
-        count = self._slot_count
-        if count == self._row_slots:
-            return
-        try:
-            self.client.resize_worker(self.config.worker_id, count)
-        except DATABASE_ERRORS as exc:
-            logger.debug("worker %s: could not record %s slots yet: %s", self.config.worker_id, count, exc)
-            return
-        # A row pruned meanwhile is written again, with this count, when the heartbeat registers again.
-        self._row_slots = count
-
-    def _growth_due(self) -> float | None:
-        """Seconds the loop may sleep before a waiting backlog can grow the slots; None: a poll interval."""
-        if self._policy is None:
-            return None
-        wait = self._policy.seconds_to_growth(time.monotonic())
-        return None if wait is None else min(wait, self.config.poll_interval)
+    # -- acks ------------------------------------------------------------------
 
     def _ack_submitted(self) -> None:
         self.wakeup.wake()
@@ -515,60 +378,6 @@ class Supervisor:
         # The acks are committed: these claims need no more heartbeats, and their
         # slots count as free for the next claim.
         self.running.remove_many(jobs)
-
-    def _slot(self, number: int) -> None:
-        child = self._children.get(number)
-        pooled = self.config.pool == "processes"
-        try:
-            while (job := self._handoff.get()) is not None:
-                outcome = None
-                try:
-                    if self._signalled.is_set() or (pooled and child is None):
-                        outcome = self.executor.hand_back(job)
-                    else:
-                        outcome = self.executor.run(job, child)
-                finally:
-                    # An ack batched with a claim frees its job's slot once written (_acks_written);
-                    # anything else frees it here.
-                    if outcome is not Outcome.PENDING and self.running.remove(job):
-                        self.wakeup.wake()
-                if child is not None:
-                    child = self._renewed(number, child)
-        finally:
-            # Retired or stopping: nothing is handed to this slot any more.
-            self._retire_child_of(number)
-            connections.close_all()
-
-    def _retire_child_of(self, number: int) -> None:
-        # Taken out first, so that the drain's _retire_children never kills one being retired here.
-        with self._children_lock:
-            child = self._children.pop(number, None)
-        if child is not None:
-            child.retire()
-
-    def _renewed(self, number: int, child: Child) -> Child | None:
-        """``child``, or a new one in its place if it is worn out; None if none could start.
-
-        Between jobs, so that the next job does not wait for a fork. A slot
-        without a child hands its jobs back while it tries again.
-        """
-        why = child.worn_out()
-        if not why:
-            return child
-        logger.info("worker %s: replacing %s (pid %s): %s", self.config.worker_id, child.name, child.pid, why)
-        child.retire()
-        # Jobs claimed before a --burst or --max-jobs stop still run: only a signal gives up.
-        while not self._signalled.is_set():
-            try:
-                child = self._new_child(number)
-            except ChildStartError as exc:
-                logger.error("worker %s: %s; trying again in 1s", self.config.worker_id, exc)
-                self._signalled.wait(1.0)
-                continue
-            with self._children_lock:
-                self._children[number] = child
-            return child
-        return None
 
     # -- stopped jobs ----------------------------------------------------------
 
@@ -617,17 +426,13 @@ class Supervisor:
         # After the slots' last acks; a slot abandoned above acks on its own connection.
         self.completer.stop()
         self.completer.reporter.stop()
-        # One stop token per slot ever started: those retired took theirs, the extra ones are never read.
-        for _slot in self._slots:
-            self._handoff.put(None)
-        # Slots still running a handed-back job are abandoned, not waited for.
-        deadline = time.monotonic() + (1.0 if finished else 0.1)
-        for slot in self._slots.values():
-            slot.join(max(0.0, deadline - time.monotonic()))
+        # One stop token per slot ever started (Slots.stop). Slots still running a handed-back job
+        # are abandoned, not waited for.
+        self.slots.stop(1.0 if finished else 0.1)
         self.watchdog.stop()
-        self._retire_children()
+        self.slots.retire_children()
         self._unregister()
-        left = sum(slot.is_alive() for slot in self._slots.values())
+        left = self.slots.still_running()
         logger.info(
             "worker %s stopped (%s) after %s job(s)%s",
             self.config.worker_id,
@@ -644,19 +449,6 @@ class Supervisor:
         # Their code may still run: it is told to stop (ctx.cancelled), then forced or abandoned.
         for control in self.executor.attempts_of(held):
             self.watchdog.stop_job(control, StopReason.SHUTDOWN)
-
-    def _retire_children(self) -> None:
-        """Let each idle child exit; kill those still running a job (its claim was handed back)."""
-        with self._children_lock:
-            children = list(self._children.items())
-        for number, child in children:
-            slot = self._slots.get(number)
-            if slot is not None and slot.is_alive():
-                # Not retired: its slot's thread still waits on its pipes and joins it once it
-                # died; closing them under that thread crashed it.
-                child.kill("the worker stopped")
-                continue
-            self._retire_child_of(number)
 
     def _unregister(self) -> None:
         try:

@@ -1,0 +1,47 @@
+"""What a worker is told to do: ``runworker``'s options, parsed, and its default id."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+
+from .autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
+from .executor import DEFAULT_CANCEL_GRACE
+from .pool import ChildLimits
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>-<6 hex digits>``: unique even when a pid is reused after a restart."""
+    return f"{socket.gethostname()[:200]}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What ``runworker``'s options say; see the command's help for each."""
+
+    worker_id: str
+    using: str
+    queues: tuple[tuple[str, int], ...] = ()  # (name, weight); empty = every queue
+    concurrency: int = 1  # the slots at start, and the fewest an autoscaling worker keeps
+    max_concurrency: int | None = None  # --concurrency MIN:MAX: the most slots; None: fixed
+    resize_interval: float = DEFAULT_RESIZE_INTERVAL  # seconds between two resizes at most
+    shrink_after: float = DEFAULT_SHRINK_AFTER  # seconds a slot stays unneeded before it retires
+    burst: bool = False
+    max_jobs: int | None = None
+    visibility_timeout: float | None = None  # None: each job's own
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 25.0
+    default_visibility_timeout: float = 30.0  # paces the ticker when no override is given
+    fire_schedules: bool = True  # run the scheduler (never in a burst)
+    pool: str = "threads"  # or "processes": each slot's jobs run in a child process
+    cancel_grace: float = DEFAULT_CANCEL_GRACE  # seconds a job told to stop gets before it is forced
+    child_limits: ChildLimits = ChildLimits()  # --pool processes: when a child is replaced
+    verbosity: int = 1  # -v, for the children's console lines
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no /metrics nor /healthz
+
+    @property
+    def slot_range(self) -> SlotRange:
+        return SlotRange(self.concurrency, self.max_concurrency or self.concurrency)
