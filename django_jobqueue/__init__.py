@@ -10,6 +10,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    DependencyError,
     Fail,
     JobCancelled,
     JobInterrupted,
@@ -35,6 +36,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "DependencyError",
     "Fail",
     "JobCancelled",
     "JobContext",

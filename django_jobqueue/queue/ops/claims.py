@@ -10,30 +10,89 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..engines import Engine, engine_for
 from ..native import run_bound
 from . import history
 from .dead_letters import move_to_dead_letters
+from .dependencies import release_dependents
 from .tables import HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine, marks
 
 # -- completions ---------------------------------------------------------------
 
+# The plain ack's one extra condition: a job that dependents wait on is left to
+# ``complete_releasing``, which releases them in the ack's own transaction.
+NO_DEPENDENTS = "NOT has_dependents"
+
 
 def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
-    """running -> done (kept for pruning) or deleted; False if this claim is no longer current."""
+    """running -> done (kept for pruning) or deleted; False if this claim is no longer current.
+
+    A job that others depend on releases them in the same transaction (``complete_releasing``).
+    """
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
     if keep:
         cursor.execute(
             f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
-            f"locked_until = NULL, result = %s WHERE {where}",
+            f"locked_until = NULL, result = %s WHERE {where} AND {NO_DEPENDENTS}",
             [result_json, *params],
         )
     else:
-        cursor.execute(f"DELETE FROM {JOB} WHERE {where}", params)
-    return cursor.rowcount == 1
+        cursor.execute(f"DELETE FROM {JOB} WHERE {where} AND {NO_DEPENDENTS}", params)
+    if cursor.rowcount == 1:
+        return True
+    return bool(complete_releasing(using, [(fence, result_json)], keep))
+
+
+def complete_releasing(
+    using: str, acks: Sequence[tuple[Fence, str | None]], keep: bool
+) -> set[tuple[int, int]]:
+    """running -> done (or deleted) for each ``(fence, result_json)``, releasing the dependents
+    of the jobs acked, in one transaction; return the ``(job_id, claim_token)`` acked.
+
+    The ack of a job with dependents, and the retry of an ack the plain
+    statement left out (a claim no longer current changes nothing here either).
+    """
+    cursor, engine = cursor_and_engine(using)
+    done: set[tuple[int, int]] = set()
+    with transaction.atomic(using=using):
+        releasing: list[int] = []
+        for fence, result_json in acks:
+            where, params = fence.where()
+            if keep:
+                cursor.execute(
+                    f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
+                    f"result = %s WHERE {where} RETURNING id, claim_token, has_dependents",
+                    [result_json, *params],
+                )
+            else:
+                cursor.execute(
+                    f"DELETE FROM {JOB} WHERE {where} RETURNING id, claim_token, has_dependents", params
+                )
+            row = cursor.fetchone()
+            if row is not None:
+                done.add((row[0], row[1]))
+                if row[2]:
+                    releasing.append(row[0])
+        release_dependents(using, releasing)
+    return done
+
+
+def complete_held_back(
+    using: str,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    done: set[tuple[int, int]],
+    keep: bool,
+) -> set[tuple[int, int]]:
+    """``complete_releasing`` for the completions a plain ack statement did not return (``done``)."""
+    rest = [completion for completion in completions if (completion[0], completion[1]) not in done]
+    if not rest:
+        return set()
+    fences = [(Fence(job_id, worker_id, token), result) for job_id, token, result in rest]
+    return complete_releasing(using, fences, keep)
 
 
 def complete_many(
@@ -50,14 +109,15 @@ def complete_many(
         return set()
     if engine_for(connections[using]).supports_array_params:
         sql, params = complete_arrays_statement(worker_id, completions, keep)
-        return {(row[0], row[1]) for row in run_bound(using, sql, params)}
+        acked = {(row[0], row[1]) for row in run_bound(using, sql, params)}
+        return acked | complete_held_back(using, worker_id, completions, acked, keep)
     cursor, engine = cursor_and_engine(using)
     done: set[tuple[int, int]] = set()
     for chunk in batched(completions, ROWS_PER_STATEMENT):
         pairs = ", ".join(["(%s, %s)"] * len(chunk))
         fence_params: list[Any] = [worker_id]
         fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
-        fence = f"{HELD_BY} AND (id, claim_token) IN (VALUES {pairs})"
+        fence = f"{HELD_BY} AND {NO_DEPENDENTS} AND (id, claim_token) IN (VALUES {pairs})"
         if keep:
             results = [completion for completion in chunk if completion[2] is not None]
             result_sql, result_params = "NULL", []
@@ -74,7 +134,7 @@ def complete_many(
         else:
             cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING id, claim_token", fence_params)
         done.update((row[0], row[1]) for row in cursor.fetchall())
-    return done
+    return done | complete_held_back(using, worker_id, completions, done, keep)
 
 
 def complete_arrays_statement(
@@ -84,7 +144,8 @@ def complete_arrays_statement(
     ids = [job_id for job_id, _token, _result in completions]
     tokens = [token for _job_id, token, _result in completions]
     # Unqualified: the acks' columns are id, claim_token and result alone.
-    fence = HELD_BY
+    # The caller hands what it leaves out to ``complete_held_back``.
+    fence = f"{HELD_BY} AND {NO_DEPENDENTS}"
     if keep:
         # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
         sql = (

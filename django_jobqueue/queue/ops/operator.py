@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
 from . import history
+from .dependencies import UNFINISHED, cancel_dependents, forget_waits_of
 from .tables import JOB, LIVE, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
@@ -64,17 +64,19 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
 
 
 def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
-    """ready or running -> cancelled; return the jobs changed.
+    """ready, running or waiting -> cancelled; return the jobs changed.
 
-    Done, cancelled and missing jobs are left alone. The worker of a running job
+    Done, cancelled and missing jobs are left alone. The jobs that wait on a
+    cancelled one (``depends_on``) are cancelled too, and theirs, in the same
+    transaction, and returned after it. The worker of a running job
     finds its ack refused and, on PostgreSQL, is woken on ``CANCEL_CHANNEL``
     when this transaction commits, to stop the job.
     """
     if not job_ids:
         return []
     cursor, engine = cursor_and_engine(using)
-    # Where a notification is sent, it commits with the cancel, or neither does.
-    with transaction.atomic(using=using) if engine.supports_listen_notify else nullcontext():
+    # The cancel, its cascade over dependents and (where one is sent) its notification commit together.
+    with transaction.atomic(using=using):
         # A running job's attempt ends here: its history entry is written with the cancel.
         ended = history.pushed_entry(engine, history.CANCELLED, "''")
         attempts = f"CASE WHEN status = 'running' THEN {ended} ELSE attempt_history END"
@@ -85,7 +87,7 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now}, locked_until = NULL, "
             "locked_by = CASE WHEN status = 'running' THEN locked_by END, "
             f"attempt_history = {attempts} "
-            f"WHERE id IN ({marks(job_ids)}) AND status IN {LIVE} "
+            f"WHERE id IN ({marks(job_ids)}) AND status IN {UNFINISHED} "
             "RETURNING id, name, queue, locked_by IS NOT NULL",
             list(job_ids),
         )
@@ -94,4 +96,8 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             for job_id, name, queue, running in sorted(cursor.fetchall())
         ]
         notify_cancelled(using, [change.job_id for change in changed if change.was_running])
+        forget_waits_of(using, [change.job_id for change in changed])
+        changed += [
+            JobChange(*row) for row in cancel_dependents(using, [change.job_id for change in changed])
+        ]
     return changed

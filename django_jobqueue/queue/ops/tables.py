@@ -66,6 +66,8 @@ class NewJob(NamedTuple):
     # that the plain jobs of a big batch are still built positionally without them.
     concurrency_key: str | None = None
     concurrency_limit: int | None = None  # set whenever concurrency_key is
+    # depends_on: the ids of the jobs this one waits for, sorted and distinct; () for none.
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
