@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from django_jobqueue import DependencyError, QueueClient, enqueue, enqueue_many, job
 from django_jobqueue.models import DeadLetter, Dependency, Job
@@ -357,3 +358,43 @@ def test_a_retry_racing_an_enqueue_that_names_the_dead_letter_repoints_the_new_e
     assert list(Dependency.objects.values_list("dependent_id", "dependency_id")) == [
         (made[0].pk, raced.result.pk)
     ]
+
+
+# -- where it shows --------------------------------------------------------------
+
+
+def test_the_job_page_links_what_a_job_waits_on_and_what_waits_on_it(operator, queue):
+    from tests.test_admin import job_url, readonly_value, text  # noqa: PLC0415 - the admin tests' helpers
+
+    dead_one = step.enqueue(n=2)
+    letter = bury(queue, dead_one)
+    a = step.enqueue(n=1)
+    b = step.using(depends_on=[a, dead_one.pk]).enqueue()
+    c = step.using(depends_on=[b]).enqueue()
+    page = text(operator.get(job_url(b.pk)))
+    waits_on = readonly_value(page, "Waits on")
+    assert f'href="{job_url(a.pk)}"' in waits_on and "(ready)" in waits_on
+    assert f"/deadletter/{letter.pk}/change/" in waits_on and "retry it to go on" in waits_on
+    assert f'href="{job_url(c.pk)}"' in readonly_value(page, "Waited on by")
+    assert "waits for its dependencies" in page and "Cancel job" in page
+    assert f'href="{job_url(b.pk)}"' in readonly_value(text(operator.get(job_url(a.pk))), "Waited on by")
+    assert "waiting" in text(
+        operator.get(reverse("admin:django_jobqueue_job_changelist"), {"status": "waiting"})
+    )
+
+
+def test_queue_figures_count_waiting_jobs_apart_from_the_backlog(queue):
+    from django_jobqueue import stats  # noqa: PLC0415
+
+    a = step.enqueue()
+    step.using(depends_on=[a]).enqueue()
+    snapshot = stats.metrics_snapshot()
+    default = next(q for q in snapshot.queues if q.queue == a.queue)
+    assert (default.ready, default.waiting, default.backlog) == (1, 1, 1)
+
+
+def test_a_waiting_tasks_job_reads_as_ready(queue):
+    from django_jobqueue.models import JobStatus  # noqa: PLC0415
+    from django_jobqueue.tasks.rows import STATUSES  # noqa: PLC0415
+
+    assert STATUSES[JobStatus.WAITING].name == "READY"
