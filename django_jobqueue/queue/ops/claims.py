@@ -91,8 +91,21 @@ def complete_held_back(
     rest = [completion for completion in completions if (completion[0], completion[1]) not in done]
     if not rest:
         return set()
-    fences = [(Fence(job_id, worker_id, token), result) for job_id, token, result in rest]
-    return complete_releasing(using, fences, keep)
+    cursor, engine = cursor_and_engine(using)
+    acked: set[tuple[int, int]] = set()
+    with transaction.atomic(using=using):
+        releasing: list[int] = []
+        for chunk in batched(rest, ROWS_PER_STATEMENT):
+            if engine.supports_array_params:
+                rows = run_bound(using, *complete_arrays_statement(worker_id, chunk, keep, plain=False))
+            else:
+                rows = _ack_values(cursor, engine, worker_id, chunk, keep, plain=False)
+            for job_id, token, has_dependents in rows:
+                acked.add((job_id, token))
+                if has_dependents:
+                    releasing.append(job_id)
+        release_dependents(using, releasing)
+    return acked
 
 
 def complete_many(
@@ -114,51 +127,77 @@ def complete_many(
     cursor, engine = cursor_and_engine(using)
     done: set[tuple[int, int]] = set()
     for chunk in batched(completions, ROWS_PER_STATEMENT):
-        pairs = ", ".join(["(%s, %s)"] * len(chunk))
-        fence_params: list[Any] = [worker_id]
-        fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
-        fence = f"{HELD_BY} AND {NO_DEPENDENTS} AND (id, claim_token) IN (VALUES {pairs})"
-        if keep:
-            results = [completion for completion in chunk if completion[2] is not None]
-            result_sql, result_params = "NULL", []
-            if results:
-                # By claim, not by id: a stale ack of the same job in this batch must not lend its result.
-                whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
-                result_sql = f"CASE {whens} END"
-                result_params = [value for completion in results for value in completion]
-            cursor.execute(
-                f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
-                f"result = {result_sql} WHERE {fence} RETURNING id, claim_token",
-                [*result_params, *fence_params],
-            )
-        else:
-            cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING id, claim_token", fence_params)
-        done.update((row[0], row[1]) for row in cursor.fetchall())
+        done.update(
+            (row[0], row[1]) for row in _ack_values(cursor, engine, worker_id, chunk, keep, plain=True)
+        )
     return done | complete_held_back(using, worker_id, completions, done, keep)
 
 
+def _ack_values(
+    cursor: Any,
+    engine: Engine,
+    worker_id: str,
+    chunk: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    plain: bool,
+) -> list[Any]:
+    """One ``(id, claim_token) IN (VALUES …)`` ack of ``chunk``; its rows.
+
+    ``plain``: the plain ack, which leaves jobs with dependents out and returns
+    ``id, claim_token``; else every claim still held is acked and each row
+    also says whether the job ``has_dependents``.
+    """
+    pairs = ", ".join(["(%s, %s)"] * len(chunk))
+    fence_params: list[Any] = [worker_id]
+    fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
+    held = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    fence = f"{held} AND (id, claim_token) IN (VALUES {pairs})"
+    returning = "id, claim_token" if plain else "id, claim_token, has_dependents"
+    if keep:
+        results = [completion for completion in chunk if completion[2] is not None]
+        result_sql, result_params = "NULL", []
+        if results:
+            # By claim, not by id: a stale ack of the same job in this batch must not lend its result.
+            whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
+            result_sql = f"CASE {whens} END"
+            result_params = [value for completion in results for value in completion]
+        cursor.execute(
+            f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
+            f"result = {result_sql} WHERE {fence} RETURNING {returning}",
+            [*result_params, *fence_params],
+        )
+    else:
+        cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING {returning}", fence_params)
+    return list(cursor.fetchall())
+
+
 def complete_arrays_statement(
-    worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool
+    worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool, plain: bool = True
 ) -> tuple[str, list[Any]]:
-    """``complete_many``'s statement where the engine takes arrays: the batch as three, however long it is."""
+    """``complete_many``'s statement where the engine takes arrays: the batch as three, however long it is.
+
+    ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
+    ``complete_held_back`` that acks jobs with dependents too and says which.
+    """
     ids = [job_id for job_id, _token, _result in completions]
     tokens = [token for _job_id, token, _result in completions]
     # Unqualified: the acks' columns are id, claim_token and result alone.
     # The caller hands what it leaves out to ``complete_held_back``.
-    fence = f"{HELD_BY} AND {NO_DEPENDENTS}"
+    fence = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    returning = f"{JOB}.id, {JOB}.claim_token" + ("" if plain else f", {JOB}.has_dependents")
     if keep:
         # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
         sql = (
             f"UPDATE {JOB} SET status = 'done', finished_at = now(), locked_until = NULL, "
             "result = acks.result FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) "
             f"AS acks(id, claim_token, result) WHERE {JOB}.id = acks.id "
-            f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {JOB}.id, {JOB}.claim_token"
+            f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {returning}"
         )
         return sql, [ids, tokens, [result for _job_id, _token, result in completions], worker_id]
     sql = (
         f"DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
         f"WHERE {JOB}.id = acks.id "
-        f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {JOB}.id, {JOB}.claim_token"
+        f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {returning}"
     )
     return sql, [ids, tokens, worker_id]
 
