@@ -10,6 +10,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
+    DependencyError,
     Fail,
     JobCancelled,
     JobInterrupted,
@@ -36,6 +37,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "DependencyError",
     "Fail",
     "JobCancelled",
     "JobContext",

@@ -52,6 +52,7 @@ class JobFunction:
         timeout: timedelta | float | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        depends_on: Iterable[Any] | None = None,
         database: str | None = None,
     ) -> BoundJob:
         """Return this job with options for one enqueue: ``.using(queue="urgent").enqueue(...)``.
@@ -68,6 +69,7 @@ class JobFunction:
             "timeout": timeout,
             "concurrency_key": concurrency_key,
             "concurrency_limit": concurrency_limit,
+            "depends_on": depends_on,
         }
         return BoundJob(self.name, {k: v for k, v in options.items() if v is not None}, database)
 

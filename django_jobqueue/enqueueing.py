@@ -27,6 +27,7 @@ def enqueue(
     timeout: timedelta | float | None = None,
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
+    depends_on: Iterable[Any] | None = None,
     using: str | None = None,
 ) -> Job:
     """Enqueue the job ``name`` with ``payload`` (a JSON object) and return it.
@@ -40,6 +41,10 @@ def enqueue(
     worker. Raise ``JobPayloadError`` for a payload the queue cannot store and
     ``ValueError`` for a bad option (a key no limit comes with, a limit
     without a key), before anything is written.
+
+    With ``depends_on`` (jobs, job ids or Tasks' results) the job waits until
+    every one of them is done (docs/workflows.md); it raises ``DependencyError``
+    (a ``ValueError``), enqueuing nothing, if one is cancelled or not in the queue.
     """
     return QueueClient(using).push(
         name,
@@ -53,6 +58,7 @@ def enqueue(
         timeout=timeout,
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
+        depends_on=depends_on,
     )
 
 

@@ -13,6 +13,10 @@ class JobPayloadError(JobQueueError, ValueError):
     """A payload that is not a JSON object, or one the queue cannot store."""
 
 
+class DependencyError(JobQueueError, ValueError):
+    """A ``depends_on`` names a job that can never be done: cancelled, or not in the queue."""
+
+
 class UnknownJobError(JobQueueError, LookupError):
     """No function is registered under a job's name."""
 

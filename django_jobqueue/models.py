@@ -15,6 +15,9 @@ class JobStatus(models.TextChoices):
     RUNNING = "running", "running"  # claimed by a worker until locked_until
     DONE = "done", "done"
     CANCELLED = "cancelled", "cancelled"
+    # Enqueued with depends_on: released (-> ready) in the transaction that acks
+    # its last dependency. No claim index covers it, so claims never see it.
+    WAITING = "waiting", "waiting"
 
 
 LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING)
@@ -72,6 +75,9 @@ class Job(models.Model):
     # The Batch this job belongs to (``batch()``); NULL for a job of none. Set when
     # the batch's block ends, in its transaction, and never changed after.
     batch_id = models.BigIntegerField(null=True, blank=True)
+    # Set (for good) when a job is first named in a depends_on: the plain ack
+    # excludes such a job, which takes the ack that releases its dependents instead.
+    has_dependents = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         indexes = [
@@ -121,6 +127,8 @@ class Job(models.Model):
                 condition=Q(status__in=["done", "cancelled"]),
                 name="jobqueue_finished_idx",
             ),
+            # Waiting jobs (depends_on), for the tick's repair pass and the counts.
+            models.Index(fields=["id"], condition=Q(status="waiting"), name="jobqueue_waiting_idx"),
             # The admin's job list is newest first; filtered by queue or by name it
             # reads these backwards, and lists a filter's choices by skipping
             # through them (one probe per distinct value, not a scan).
@@ -248,6 +256,38 @@ class Batch(models.Model):
 
     def __str__(self) -> str:
         return f"batch #{self.pk} -> {self.on_finish}"
+
+
+class Dependency(models.Model):
+    """One outstanding dependency: ``dependent`` waits until ``dependency_id`` is done.
+
+    The row is deleted in the transaction that acks the dependency (and the
+    dependent released when it was its last one), or cancels it. While the
+    dependency sits in the dead letters the row stays, naming the job id the
+    dead letter keeps in ``job_id``; a retry points it to the new job. Written
+    only by ``queue/ops/dependencies.py``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # No database constraint: rows go with their jobs by the statements that finish them.
+    dependent = models.ForeignKey(
+        Job, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, db_index=False
+    )
+    # No foreign key: the dependency may be a dead letter's old job id.
+    dependency_id = models.BigIntegerField()
+
+    class Meta:
+        indexes = [
+            # An ack's release, a cancel's cascade and a retry's re-pointing go by dependency.
+            models.Index(fields=["dependency_id", "dependent"], name="jobqueue_dep_dependency_idx"),
+        ]
+        constraints = [
+            # And a dependent's own edges, by the unique index's leading column.
+            models.UniqueConstraint(fields=["dependent", "dependency_id"], name="jobqueue_dep_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job #{self.dependent_id} waits on #{self.dependency_id}"
 
 
 class QueueOverview(Job):

@@ -46,6 +46,8 @@ class QueueStats:
     scheduled: int = 0
     running: int = 0
     dead: int = 0
+    # Enqueued with depends_on, waiting for a dependency: not claimable, so not backlog.
+    waiting: int = 0
     done_last_hour: int = 0
     oldest_ready_age: float | None = None
     # An operator's pause (QueueState) and JOBQUEUE["QUEUES"]'s limits.
@@ -61,6 +63,7 @@ class QueueStats:
         self.scheduled += other.scheduled
         self.running += other.running
         self.dead += other.dead
+        self.waiting += other.waiting
         self.done_last_hour += other.done_last_hour
         if other.oldest_ready_age is not None:
             self.oldest_ready_age = max(self.oldest_ready_age or 0.0, other.oldest_ready_age)
@@ -269,6 +272,9 @@ def _live_queue_stats(using: str, now: datetime) -> dict[str, QueueStats]:
             entry.oldest_ready_age = max(entry.oldest_ready_age or 0.0, age)
     for name, count in _count_by_queue(jobs.filter(status=JobStatus.RUNNING)):
         stats(name).running = count
+    # In the waiting jobs' partial index: the cost follows the waiting jobs alone.
+    for name, count in _count_by_queue(jobs.filter(status=JobStatus.WAITING)):
+        stats(name).waiting = count
     for name, count in _count_by_queue(DeadLetter.objects.using(using).order_by()):
         stats(name).dead = count
     for name in QueueClient(using).paused_queues():

@@ -29,7 +29,7 @@ from .stats import MetricsSnapshot, metrics_snapshot
 logger = logging.getLogger(__name__)
 
 # The job states of jobqueue_queue_jobs; each is a field of stats.QueueStats.
-JOB_STATES = ("ready", "scheduled", "running")
+JOB_STATES = ("ready", "scheduled", "running", "waiting")
 # Every series this view exports: what recipes, dashboards and alerts may name.
 QUEUE_SERIES = (
     "jobqueue_queue_jobs",
@@ -54,7 +54,8 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
             "jobqueue_queue_jobs",
-            "Live jobs per queue: ready (due now), scheduled (run_at in the future), running.",
+            "Live jobs per queue: ready (due now), scheduled (run_at in the future), running, "
+            "waiting (for a dependency).",
             labels=["queue", "state"],
         )
         dead = GaugeMetricFamily("jobqueue_queue_dead_letters", "Dead letters per queue.", labels=["queue"])

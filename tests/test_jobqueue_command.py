@@ -61,6 +61,7 @@ def test_status_prints_a_table(busy):
         "ready",
         "scheduled",
         "running",
+        "waiting",
         "dead",
         "oldest",
         "ready",
@@ -71,10 +72,10 @@ def test_status_prints_a_table(busy):
         "limits",
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:4]}
-    assert rows["emails"][:5] == ["emails", "1", "1", "0", "1"]
-    assert rows["emails"][5:] == ["12", "min", "1", "—", "—"]
-    assert rows["reports"] == ["reports", "0", "0", "1", "0", "—", "0", "—", "—"]
-    assert rows["total"] == ["total", "1", "1", "1", "1", "12", "min", "1"]
+    assert rows["emails"][:6] == ["emails", "1", "1", "0", "0", "1"]
+    assert rows["emails"][6:] == ["12", "min", "1", "—", "—"]
+    assert rows["reports"] == ["reports", "0", "0", "1", "0", "0", "—", "0", "—", "—"]
+    assert rows["total"] == ["total", "1", "1", "1", "0", "1", "12", "min", "1"]
     assert "1 worker(s):" in lines
     assert any(line.split()[:3] == ["web-1:77", "web-1", "77"] for line in lines)
 
@@ -104,11 +105,11 @@ def test_status_shows_pauses_and_limits_even_of_queues_without_jobs(busy, queue)
     with override_settings(JOBQUEUE={"QUEUES": LIMITS}):
         lines = run("status").splitlines()
     rows = {line.split()[0]: line.split() for line in lines[1:6]}
-    assert rows["emails"][8:] == ["paused", "10", "at", "once,", "100/m"]
-    assert rows["idle"] == ["idle", "0", "0", "0", "0", "—", "0", "paused", "—"]
-    assert rows["webhooks"] == ["webhooks", "0", "0", "0", "0", "—", "0", "—", "5/s"]
-    assert rows["reports"][7:] == ["—", "—"]
-    assert rows["total"] == ["total", "1", "1", "1", "1", "12", "min", "1"]
+    assert rows["emails"][9:] == ["paused", "10", "at", "once,", "100/m"]
+    assert rows["idle"] == ["idle", "0", "0", "0", "0", "0", "—", "0", "paused", "—"]
+    assert rows["webhooks"] == ["webhooks", "0", "0", "0", "0", "0", "—", "0", "—", "5/s"]
+    assert rows["reports"][8:] == ["—", "—"]
+    assert rows["total"] == ["total", "1", "1", "1", "0", "1", "12", "min", "1"]
 
 
 def test_status_json_gains_each_queues_pause_and_limits(busy, queue):
@@ -128,6 +129,7 @@ def test_status_json_gains_each_queues_pause_and_limits(busy, queue):
         "scheduled": 0,
         "running": 0,
         "dead": 0,
+        "waiting": 0,
         "done_last_hour": 0,
         "oldest_ready_age": None,
         "paused": True,
@@ -140,6 +142,7 @@ def test_status_json_gains_each_queues_pause_and_limits(busy, queue):
         "scheduled",
         "running",
         "dead",
+        "waiting",
         "done_last_hour",
         "oldest_ready_age",
     }

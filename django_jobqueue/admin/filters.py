@@ -48,6 +48,7 @@ class StatusFilter(CheckedFilter):
             ("scheduled", "ready: scheduled"),
             (JobStatus.READY, "ready: all"),
             (JobStatus.RUNNING, "running"),
+            (JobStatus.WAITING, "waiting"),
             (JobStatus.DONE, "done"),
             (JobStatus.CANCELLED, "cancelled"),
         ]

@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 from ..models import LIVE_STATUSES, Job, JobStatus
 from ..queue import JobChange
 from ..stats import format_age
+from . import dependencies
 from .attempts import timeline
 from .audit import log_job_changes
 from .base import OperatorAdmin, id_batches, parse_id
@@ -41,6 +42,7 @@ from .display import (
 from .filters import NameFilter, QueueFilter, StatusFilter
 
 RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
+CANCELLABLE = (*LIVE_STATUSES, JobStatus.WAITING)
 # A confirmation counts this far, then says "more than"; it lists a few.
 CONFIRM_COUNT_CAP = 1_000_000
 SAMPLE_SIZE = 10
@@ -93,6 +95,7 @@ class JobAdmin(OperatorAdmin):
             {"fields": ("locked_by", "claim_deadline", "claim_token", "claim_timeout", "attempt_time_limit")},
         ),
         ("Times", {"fields": ("enqueued", "runs_at", "finished")}),
+        ("Dependencies", {"fields": ("waits_on", "waited_on_by")}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Last error", {"fields": ("last_error_text", "last_traceback_text")}),
         ("Attempts", {"fields": ("attempt_timeline",)}),
@@ -193,6 +196,14 @@ class JobAdmin(OperatorAdmin):
     def finished(self, job: Job) -> SafeString | str:
         return with_relative(job.finished_at)
 
+    @admin.display(description="waits on")
+    def waits_on(self, job: Job) -> SafeString | str:
+        return dependencies.waits_on(job, self.admin_site.name)
+
+    @admin.display(description="waited on by")
+    def waited_on_by(self, job: Job) -> SafeString | str:
+        return dependencies.waited_on_by(job, self.admin_site.name)
+
     @admin.display(description="payload")
     def payload_json(self, job: Job) -> SafeString:
         return pretty_payload(job.payload)
@@ -235,7 +246,7 @@ class JobAdmin(OperatorAdmin):
     ) -> Any:
         may_change = self.has_change_permission(request)
         context["can_retry_now"] = may_change and obj is not None and obj.status in RETRYABLE
-        context["can_cancel"] = may_change and obj is not None and obj.status in LIVE_STATUSES
+        context["can_cancel"] = may_change and obj is not None and obj.status in CANCELLABLE
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # -- actions ---------------------------------------------------------------
@@ -430,6 +441,8 @@ def status_hint(job: Job) -> str:
         if job.locked_until < now:
             return f"claim expired {relative(job.locked_until)}: the next tick hands it back"
         return f"claimed by {job.locked_by}, deadline {relative(job.locked_until)}"
+    if job.status == JobStatus.WAITING:
+        return "waits for its dependencies (below); the ack of the last one releases it"
     if job.finished_at is not None:
         return f"finished {relative(job.finished_at)}"
     return ""

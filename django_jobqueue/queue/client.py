@@ -77,9 +77,10 @@ class QueueClient:
                 )
             )
         new_jobs = list(jobs)
+        insert = ops.insert_waiting_jobs if any(new.depends_on for new in new_jobs) else ops.insert_jobs
         return batching.joined(
             traced_insert(
-                lambda trace_context: ops.insert_jobs(self.using, new_jobs, trace_context),
+                lambda trace_context: insert(self.using, new_jobs, trace_context),
                 "jobqueue.enqueue_many",
                 {"messaging.batch.message_count": len(new_jobs)},
             )
@@ -100,8 +101,9 @@ class QueueClient:
     def _insert_one(self, new_job: ops.NewJob) -> Job:
         """Insert ``new_job``, with the trace context it is enqueued in, and return it."""
         batching.check_database(self.using)
+        insert = ops.insert_waiting_jobs if new_job.depends_on else ops.insert_jobs
         job = traced_insert(
-            lambda trace_context: ops.insert_jobs(self.using, [new_job], trace_context)[0],
+            lambda trace_context: insert(self.using, [new_job], trace_context)[0],
             f"jobqueue.enqueue {new_job.name}",
             {"messaging.destination.name": new_job.queue},
         )
@@ -322,7 +324,9 @@ class QueueClient:
         return ops.retry_dead_letter(self.using, _as_id(dead_letter_id))
 
     def cancel(self, job: JobRef) -> bool:
-        """ready or running -> cancelled; False if the job is finished or gone.
+        """ready, running or waiting -> cancelled; False if the job is finished or gone.
+
+        The jobs that wait on it (``depends_on``) are cancelled with it, and theirs.
 
         A running job's worker learns of it from ``ended_claims``; on PostgreSQL
         it is also woken on ``CANCEL_CHANNEL`` when the cancel commits.
@@ -333,6 +337,14 @@ class QueueClient:
         """Delete done and cancelled jobs older than ``KEEP_COMPLETED`` (or ``older_than``)."""
         seconds = jobqueue_settings.KEEP_COMPLETED if older_than is None else older_than
         return ops.prune(self.using, to_seconds(seconds, "older_than"))
+
+    def repair_dependencies(self) -> int:
+        """Release waiting jobs that no outstanding dependency holds; return how many.
+
+        A backstop the ticker runs with its pruning: acks, cancels and retries
+        keep dependencies in step in their own transactions.
+        """
+        return ops.repair_waiting(self.using)
 
     # -- pauses ----------------------------------------------------------------
 

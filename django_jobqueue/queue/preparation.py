@@ -18,6 +18,7 @@ from ..exceptions import JobPayloadError
 from .flow import check_concurrency_key, check_concurrency_limit
 from .ops import NewJob
 from .validation import (
+    check_depends_on,
     check_max_attempts,
     check_name,
     check_priority,
@@ -42,6 +43,7 @@ ENQUEUE_OPTIONS = frozenset(
         "timeout",
         "concurrency_key",
         "concurrency_limit",
+        "depends_on",
     }
 )
 
@@ -158,6 +160,12 @@ class JobPreparer:
         if spec is not None and spec.call_shape is not None:
             _check_fits(name, spec.call_shape, payload)
         concurrency_key, concurrency_limit = concurrency_of(name, spec, options)
+        depends_on = options.get("depends_on")
+        depends_on = check_depends_on(depends_on) if depends_on is not None else ()
+        if depends_on and unique_key is not None:
+            # A waiting job holds no key (the unique index covers ready and running
+            # jobs), and which job a taken key hands back would skip the wait.
+            raise ValueError("give depends_on or unique_key, not both")
         return NewJob(
             name=name,
             queue=queue,
@@ -172,6 +180,7 @@ class JobPreparer:
             payload=copy,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            depends_on=depends_on,
         )
 
     def _spec(self, name: object) -> registry.JobSpec | None:
@@ -243,7 +252,7 @@ def _check_fits(name: str, shape: registry.CallShape, payload: Mapping[str, Any]
 
 
 def copyable(items: Iterable[Item]) -> bool:
-    """True if ``ops.copy_jobs`` can write every item: none has a unique_key or a naive run_at."""
+    """True if ``ops.copy_jobs`` can write every item: no unique_key, naive run_at or depends_on."""
     return all(_copyable(options) for _, _, options in items)
 
 
@@ -255,4 +264,4 @@ def _copyable(options: Mapping[str, Any]) -> bool:
         return False  # the INSERT path's up-front check says what is wrong with it
     run_at = options.get("run_at")
     naive = isinstance(run_at, datetime) and run_at.utcoffset() is None
-    return options.get("unique_key") is None and not naive
+    return options.get("unique_key") is None and not naive and not options.get("depends_on")

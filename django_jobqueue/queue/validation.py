@@ -12,6 +12,7 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -406,3 +407,40 @@ def _check_count(value: object, what: str) -> None:
 def encode_progress(progress: dict[str, Any]) -> str:
     """``progress`` (as ``check_progress`` made it) as the JSON text a statement binds."""
     return _JSON.encode(progress)
+
+
+# A job id: within a BigAutoField's range.
+_MAX_JOB_ID = 2**63 - 1
+
+
+def check_depends_on(value: object) -> tuple[int, ...]:
+    """The job ids of a ``depends_on``: sorted and distinct, from Jobs, ids or Tasks' results.
+
+    A single job, id or result stands for a list of one. Raise ``ValueError``
+    for anything else, before anything is written.
+    """
+    from ..models import Job  # noqa: PLC0415 - imported by the app's modules before the models load
+
+    items = [value] if isinstance(value, Job | int) or _is_task_result(value) else value
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise ValueError(
+            f"depends_on must be a list of jobs, job ids or task results, not {type(value).__name__}"
+        )
+    ids: set[int] = set()
+    for item in items:
+        job_id: int | None
+        if isinstance(item, Job):
+            job_id = item.pk
+        elif _is_task_result(item):
+            job_id = int(item.id) if str(item.id).isdigit() else None
+        else:
+            job_id = item if isinstance(item, int) and not isinstance(item, bool) else None
+        if not isinstance(job_id, int) or not 0 < job_id <= _MAX_JOB_ID:
+            raise ValueError(f"depends_on: {item!r} is not a job, a job id or a task result of this queue")
+        ids.add(job_id)
+    return tuple(sorted(ids))
+
+
+def _is_task_result(value: object) -> bool:
+    """True for a Django Tasks ``TaskResult`` (its ``id`` is its job's, as text)."""
+    return type(value).__name__ == "TaskResult" and isinstance(getattr(value, "id", None), str)

@@ -31,6 +31,8 @@ from .compat import (
 STATUSES = {
     JobStatus.READY: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    # Waiting for a dependency (depends_on): queued, not yet claimable.
+    JobStatus.WAITING: TaskResultStatus.READY,
     JobStatus.DONE: TaskResultStatus.SUCCESSFUL,
     # A cancelled job never runs again: to the Tasks framework, it failed.
     JobStatus.CANCELLED: TaskResultStatus.FAILED,

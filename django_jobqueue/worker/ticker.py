@@ -5,7 +5,8 @@ expired claim to exactly one of them. The tick runs every half of the worker's
 visibility timeout (between 0.2 s and 15 s), jittered by ±20 % so that workers
 started together do not tick in step: a claim is rescued at most about half a
 timeout after it expired. Worker rows silent for 60 s are deleted. Done and
-cancelled jobs older than ``KEEP_COMPLETED`` are pruned every 5 minutes.
+cancelled jobs older than ``KEEP_COMPLETED`` are pruned every 5 minutes, and waiting
+jobs that no dependency holds any longer are released (a backstop).
 """
 
 from __future__ import annotations
@@ -73,3 +74,6 @@ class Ticker(Service):
         pruned = self.client.prune()
         if pruned:
             logger.info("pruned %s finished job(s)", pruned)
+        released = self.client.repair_dependencies()
+        if released:
+            logger.warning("released %s waiting job(s) that no dependency held", released)

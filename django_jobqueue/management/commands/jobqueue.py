@@ -74,6 +74,7 @@ STATUS_COLUMNS = (
     "ready",
     "scheduled",
     "running",
+    "waiting",
     "dead",
     "oldest ready",
     "done (1 h)",
@@ -132,6 +133,7 @@ def status_row(queue: stats.QueueStats, *, is_total: bool = False) -> tuple[str,
         f"{queue.ready:,}",
         f"{queue.scheduled:,}",
         f"{queue.running:,}",
+        f"{queue.waiting:,}",
         f"{queue.dead:,}",
         stats.format_age(queue.oldest_ready_age),
         f"{queue.done_last_hour:,}",
@@ -265,7 +267,7 @@ class Command(BaseCommand):
             return
         rows = [status_row(queue) for queue in overview.queues]
         rows.append(status_row(overview.total, is_total=True))
-        for line in table(STATUS_COLUMNS, rows, numeric={1, 2, 3, 4, 5, 6}):
+        for line in table(STATUS_COLUMNS, rows, numeric={1, 2, 3, 4, 5, 6, 7}):
             self.stdout.write(line)
         self.stdout.write("")
         if not overview.workers:

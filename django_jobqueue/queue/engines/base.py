@@ -51,6 +51,8 @@ class Engine:
     skip_locked: str = ""
     # Appended to a read whose rows this transaction changes next: lock them, waiting.
     for_update: str = ""
+    # Appended to a read of rows another transaction must not delete until this one commits.
+    for_share: str = ""
     # A number parameter that may be None: a server that infers parameter types needs a cast.
     nullable_float: str = "%s"
     # The time at this moment, not at the transaction's start: a rate limit's ledger

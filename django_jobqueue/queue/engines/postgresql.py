@@ -30,6 +30,7 @@ class PostgreSQLEngine(Engine):
     clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
     for_update = "FOR UPDATE"
+    for_share = "FOR SHARE"
     # psycopg's server-side binding sends None untyped.
     nullable_float = "CAST(%s AS double precision)"
     now_plus_template = "(now() + ({seconds}) * interval '1 second')"

@@ -2,9 +2,10 @@
 
 One module per stage: ``enqueue`` and ``copy`` (new jobs), ``claims`` (claim,
 ack, retry, bury, extend, release), ``upkeep`` (expired claims, pruning),
-``history`` (the attempt history's entry, which those write), ``dead_letters``,
-``operator`` (the admin's batches), ``batches`` (``batch()``'s counts and
-callback, which the others call), ``pauses`` (queue pauses) and ``workers``
+``history`` (the attempt history's entry, which those write), ``dependencies``
+(``depends_on``), ``dead_letters``, ``operator`` (the admin's batches),
+``batches`` (``batch()``'s counts and callback, which the others call),
+``pauses`` (queue pauses) and ``workers``
 (worker rows); what they share is in ``tables``, and what differs per database
 in ``queue/engines``.
 
@@ -41,6 +42,7 @@ from .dead_letters import (
     retry_dead_letter,
     retry_dead_letter_batch,
 )
+from .dependencies import insert_waiting_jobs, repair_waiting
 from .enqueue import insert_jobs
 from .history import MAX_HISTORY, MAX_HISTORY_ERROR_CHARS, failure_outcome
 from .operator import JobChange, cancel_jobs, run_jobs_now
@@ -58,6 +60,8 @@ from .workers import (
 )
 
 __all__ = [
+    "insert_waiting_jobs",
+    "repair_waiting",
     "CANCEL_CHANNEL",
     "MAX_HISTORY",
     "MAX_HISTORY_ERROR_CHARS",

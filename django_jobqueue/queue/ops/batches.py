@@ -3,7 +3,7 @@
 A batch's counts (``done``, ``failed``, ``cancelled``) move in the transaction
 that records each of its jobs' outcomes, so no crash can leave them behind the
 jobs. Whether the batch has finished is read from the rows: no job of it is
-live (ready or running) any more. The callback is enqueued in the transaction
+unfinished (ready, running, or waiting on a dependency) any more. The callback is enqueued in the transaction
 that finds that, under the batch row's lock, and ``finished_at`` set with it:
 exactly once.
 
@@ -32,7 +32,7 @@ from django.db import transaction
 
 from ...models import Batch
 from .enqueue import insert_jobs
-from .tables import JOB, LIVE, ROWS_PER_STATEMENT, NewJob, batched, cursor_and_engine, marks
+from .tables import JOB, ROWS_PER_STATEMENT, UNFINISHED, NewJob, batched, cursor_and_engine, marks
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ COUNT_KEYS = ("batch_id", "done", "failed", "cancelled")
 # Unfinished batches a repair pass looks at, at most.
 REPAIR_BATCH = 100
 # A live job of the outer statement's batch row (the jobqueue_batch_idx index).
-LIVE_JOB = f"SELECT 1 FROM {JOB} WHERE {JOB}.batch_id = {BATCH}.id AND {JOB}.status IN {LIVE}"
+# A job of the batch not finished yet: live, or waiting on a dependency.
+LIVE_JOB = f"SELECT 1 FROM {JOB} WHERE {JOB}.batch_id = {BATCH}.id AND {JOB}.status IN {UNFINISHED}"
 
 
 class Counts(NamedTuple):
@@ -83,7 +84,8 @@ def seal_batch(using: str, batch_id: int, job_ids: Sequence[int]) -> int:
     that no job of it is seen before the batch is whole. A batch with no
     jobs has finished at once: its callback is enqueued here. A job that an
     enqueue's ``unique_key`` returned in place of a new one (a live job
-    holding the key) joins only if it is ready and of no batch: one already
+    holding the key) joins only if it is ready (or waiting on a dependency)
+    and of no batch: one already
     running was claimed without the batch and would finish uncounted.
     """
     cursor, _ = cursor_and_engine(using)
@@ -91,7 +93,7 @@ def seal_batch(using: str, batch_id: int, job_ids: Sequence[int]) -> int:
     for chunk in batched(list(dict.fromkeys(job_ids)), ROWS_PER_STATEMENT):
         cursor.execute(
             f"UPDATE {JOB} SET batch_id = %s WHERE id IN ({marks(chunk)}) "
-            "AND batch_id IS NULL AND status = 'ready'",
+            "AND batch_id IS NULL AND status IN ('ready', 'waiting')",
             [batch_id, *chunk],
         )
         total += cursor.rowcount

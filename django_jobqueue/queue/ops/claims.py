@@ -17,48 +17,125 @@ from ..native import run_bound
 from . import history
 from .batches import Counts, record_outcomes
 from .dead_letters import move_to_dead_letters
+from .dependencies import release_dependents
 from .tables import HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine, marks
 
 # -- completions ---------------------------------------------------------------
 
+# The plain ack's one extra condition: a job that dependents wait on is left to
+# ``complete_releasing``, which releases them in the ack's own transaction.
+NO_DEPENDENTS = "NOT has_dependents"
+
 
 def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
-    """running -> done (kept for pruning) or deleted; False if this claim is no longer current."""
+    """running -> done (kept for pruning) or deleted; False if this claim is no longer current.
+
+    A job that others depend on releases them in the same transaction (``complete_releasing``).
+    """
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
     if keep:
         cursor.execute(
             f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
-            f"locked_until = NULL, result = %s WHERE {where}",
+            f"locked_until = NULL, result = %s WHERE {where} AND {NO_DEPENDENTS}",
             [result_json, *params],
         )
     else:
-        cursor.execute(f"DELETE FROM {JOB} WHERE {where}", params)
-    return cursor.rowcount == 1
+        cursor.execute(f"DELETE FROM {JOB} WHERE {where} AND {NO_DEPENDENTS}", params)
+    if cursor.rowcount == 1:
+        return True
+    return bool(complete_releasing(using, [(fence, result_json)], keep))
+
+
+def complete_releasing(
+    using: str, acks: Sequence[tuple[Fence, str | None]], keep: bool
+) -> set[tuple[int, int]]:
+    """running -> done (or deleted) for each ``(fence, result_json)``, releasing the dependents
+    of the jobs acked, in one transaction; return the ``(job_id, claim_token)`` acked.
+
+    The ack of a job with dependents, and the retry of an ack the plain
+    statement left out (a claim no longer current changes nothing here either).
+    """
+    cursor, engine = cursor_and_engine(using)
+    done: set[tuple[int, int]] = set()
+    with transaction.atomic(using=using):
+        releasing: list[int] = []
+        for fence, result_json in acks:
+            where, params = fence.where()
+            if keep:
+                cursor.execute(
+                    f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
+                    f"result = %s WHERE {where} RETURNING id, claim_token, has_dependents",
+                    [result_json, *params],
+                )
+            else:
+                cursor.execute(
+                    f"DELETE FROM {JOB} WHERE {where} RETURNING id, claim_token, has_dependents", params
+                )
+            row = cursor.fetchone()
+            if row is not None:
+                done.add((row[0], row[1]))
+                if row[2]:
+                    releasing.append(row[0])
+        release_dependents(using, releasing)
+    return done
+
+
+def complete_held_back(
+    using: str,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    done: set[tuple[int, int]],
+    keep: bool,
+) -> set[tuple[int, int]]:
+    """``complete_releasing`` for the completions a plain ack statement did not return (``done``)."""
+    rest = [completion for completion in completions if (completion[0], completion[1]) not in done]
+    if not rest:
+        return set()
+    cursor, engine = cursor_and_engine(using)
+    acked: set[tuple[int, int]] = set()
+    with transaction.atomic(using=using):
+        releasing: list[int] = []
+        for chunk in batched(rest, ROWS_PER_STATEMENT):
+            if engine.supports_array_params:
+                rows = run_bound(using, *complete_arrays_statement(worker_id, chunk, keep, plain=False))
+            else:
+                rows = _ack_values(cursor, engine, worker_id, chunk, keep, plain=False)
+            for job_id, token, has_dependents in rows:
+                acked.add((job_id, token))
+                if has_dependents:
+                    releasing.append(job_id)
+        release_dependents(using, releasing)
+    return acked
 
 
 def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
     """``complete`` for a job that may belong to a batch; the batch counts it in the same transaction.
 
     The ack of a job known to be of no batch is ``complete``'s one statement;
-    this one returns the job's batch and so runs in a transaction of its own.
+    this one returns the job's batch and so runs in a transaction of its own,
+    which also releases the job's dependents (``depends_on``) if it has any.
     """
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
+    returning = "RETURNING id, batch_id, has_dependents"
     with transaction.atomic(using=using):
         if keep:
             cursor.execute(
                 f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
-                f"locked_until = NULL, result = %s WHERE {where} RETURNING batch_id",
+                f"locked_until = NULL, result = %s WHERE {where} {returning}",
                 [result_json, *params],
             )
         else:
-            cursor.execute(f"DELETE FROM {JOB} WHERE {where} RETURNING batch_id", params)
+            cursor.execute(f"DELETE FROM {JOB} WHERE {where} {returning}", params)
         row = cursor.fetchone()
         if row is None:
             return False
-        if row[0] is not None:
-            record_outcomes(using, {row[0]: Counts(done=1)})
+        job_id, batch_id, has_dependents = row
+        if has_dependents:
+            release_dependents(using, [job_id])
+        if batch_id is not None:
+            record_outcomes(using, {batch_id: Counts(done=1)})
     return True
 
 
@@ -76,54 +153,82 @@ def complete_many(
         return set()
     if engine_for(connections[using]).supports_array_params:
         sql, params = complete_arrays_statement(worker_id, completions, keep)
-        return {(row[0], row[1]) for row in run_bound(using, sql, params)}
+        acked = {(row[0], row[1]) for row in run_bound(using, sql, params)}
+        return acked | complete_held_back(using, worker_id, completions, acked, keep)
     cursor, engine = cursor_and_engine(using)
     done: set[tuple[int, int]] = set()
     for chunk in batched(completions, ROWS_PER_STATEMENT):
-        pairs = ", ".join(["(%s, %s)"] * len(chunk))
-        fence_params: list[Any] = [worker_id]
-        fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
-        fence = f"{HELD_BY} AND (id, claim_token) IN (VALUES {pairs})"
-        if keep:
-            results = [completion for completion in chunk if completion[2] is not None]
-            result_sql, result_params = "NULL", []
-            if results:
-                # By claim, not by id: a stale ack of the same job in this batch must not lend its result.
-                whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
-                result_sql = f"CASE {whens} END"
-                result_params = [value for completion in results for value in completion]
-            cursor.execute(
-                f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
-                f"result = {result_sql} WHERE {fence} RETURNING id, claim_token",
-                [*result_params, *fence_params],
-            )
-        else:
-            cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING id, claim_token", fence_params)
-        done.update((row[0], row[1]) for row in cursor.fetchall())
-    return done
+        done.update(
+            (row[0], row[1]) for row in _ack_values(cursor, engine, worker_id, chunk, keep, plain=True)
+        )
+    return done | complete_held_back(using, worker_id, completions, done, keep)
+
+
+def _ack_values(
+    cursor: Any,
+    engine: Engine,
+    worker_id: str,
+    chunk: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    plain: bool,
+) -> list[Any]:
+    """One ``(id, claim_token) IN (VALUES …)`` ack of ``chunk``; its rows.
+
+    ``plain``: the plain ack, which leaves jobs with dependents out and returns
+    ``id, claim_token``; else every claim still held is acked and each row
+    also says whether the job ``has_dependents``.
+    """
+    pairs = ", ".join(["(%s, %s)"] * len(chunk))
+    fence_params: list[Any] = [worker_id]
+    fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
+    held = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    fence = f"{held} AND (id, claim_token) IN (VALUES {pairs})"
+    returning = "id, claim_token" if plain else "id, claim_token, has_dependents"
+    if keep:
+        results = [completion for completion in chunk if completion[2] is not None]
+        result_sql, result_params = "NULL", []
+        if results:
+            # By claim, not by id: a stale ack of the same job in this batch must not lend its result.
+            whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
+            result_sql = f"CASE {whens} END"
+            result_params = [value for completion in results for value in completion]
+        cursor.execute(
+            f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
+            f"result = {result_sql} WHERE {fence} RETURNING {returning}",
+            [*result_params, *fence_params],
+        )
+    else:
+        cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING {returning}", fence_params)
+    return list(cursor.fetchall())
 
 
 def complete_arrays_statement(
-    worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool
+    worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool, plain: bool = True
 ) -> tuple[str, list[Any]]:
-    """``complete_many``'s statement where the engine takes arrays: the batch as three, however long it is."""
+    """``complete_many``'s statement where the engine takes arrays: the batch as three, however long it is.
+
+    ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
+    ``complete_held_back`` that acks jobs with dependents too and says which.
+    """
     ids = [job_id for job_id, _token, _result in completions]
     tokens = [token for _job_id, token, _result in completions]
     # Unqualified: the acks' columns are id, claim_token and result alone.
-    fence = HELD_BY
+    # The caller hands what it leaves out to ``complete_held_back``.
+    fence = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    returning = f"{JOB}.id, {JOB}.claim_token" + ("" if plain else f", {JOB}.has_dependents")
     if keep:
         # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
         sql = (
             f"UPDATE {JOB} SET status = 'done', finished_at = now(), locked_until = NULL, "
             "result = acks.result FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) "
             f"AS acks(id, claim_token, result) WHERE {JOB}.id = acks.id "
-            f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {JOB}.id, {JOB}.claim_token"
+            f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {returning}"
         )
         return sql, [ids, tokens, [result for _job_id, _token, result in completions], worker_id]
     sql = (
         f"DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
         f"WHERE {JOB}.id = acks.id "
-        f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {JOB}.id, {JOB}.claim_token"
+        f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {returning}"
     )
     return sql, [ids, tokens, worker_id]
 

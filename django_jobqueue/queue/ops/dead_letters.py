@@ -17,6 +17,7 @@ from ...models import DeadLetter, Job
 from ..engines import Engine
 from ..rows import JOB_COLUMNS_SQL, job_from_row
 from .batches import Counts, record_outcomes, tally
+from .dependencies import cancel_dependents, repoint_dependencies
 from .tables import (
     DEAD,
     INSERT_COLUMNS,
@@ -101,8 +102,10 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
         row = cursor.fetchone()
         if row is None:
             raise DeadLetter.DoesNotExist(f"dead letter {dead_letter_id} does not exist")
-        cursor.execute(f"DELETE FROM {DEAD} WHERE id = %s", [dead_letter_id])
+        cursor.execute(f"DELETE FROM {DEAD} WHERE id = %s RETURNING job_id", [dead_letter_id])
         job = job_from_row(using, row)
+        # Its dependents wait on the new job now.
+        job.has_dependents = bool(repoint_dependencies(using, [(cursor.fetchone()[0], job.pk)]))
         if job.batch_id is not None:
             # Outstanding again: no longer failed, unless its batch has finished already.
             record_outcomes(using, {job.batch_id: Counts(failed=-1)})
@@ -168,6 +171,8 @@ def retry_dead_letter_batch(
         )
         created = sorted(cursor.fetchall())
         cursor.execute(f"DELETE FROM {DEAD} WHERE id IN ({marks(ids)})", ids)
+        # Their dependents wait on the new jobs now.
+        repoint_dependencies(using, [(old, new[0]) for (_, old), new in zip(picked, created, strict=True)])
         notify_queues(using, [row[2] for row in created])
         revived = tally((row[3], Counts(failed=-1)) for row in created)
         if revived:
@@ -184,13 +189,21 @@ def delete_dead_letter_batch(
     """Delete up to ``limit`` dead letters of ``matching`` whose id is above ``after_id``,
     lowest ids first; return those deleted (an empty list means none is left).
 
-    A dead letter retried or deleted meanwhile is skipped.
+    A dead letter retried or deleted meanwhile is skipped. The jobs that
+    waited on a deleted one (``depends_on``) are cancelled, and theirs, in the
+    same transaction.
     """
     cursor, _ = cursor_and_engine(using)
     matching_sql, matching_params = matching
-    cursor.execute(
-        f"DELETE FROM {DEAD} WHERE id IN (SELECT id FROM {DEAD} WHERE id > %s "
-        f"AND id IN ({matching_sql}) ORDER BY id LIMIT %s) RETURNING id, job_id, name",
-        [after_id, *matching_params, limit],
-    )
-    return [DeletedDeadLetter(*row) for row in sorted(cursor.fetchall())]
+    with transaction.atomic(using=using):
+        cursor.execute(
+            f"DELETE FROM {DEAD} WHERE id IN (SELECT id FROM {DEAD} WHERE id > %s "
+            f"AND id IN ({matching_sql}) ORDER BY id LIMIT %s) RETURNING id, job_id, name",
+            [after_id, *matching_params, limit],
+        )
+        deleted = [DeletedDeadLetter(*row) for row in sorted(cursor.fetchall())]
+        cascade = cancel_dependents(using, [row.old_job_id for row in deleted])
+        cancelled = tally((batch_id, Counts(cancelled=1)) for *_, batch_id in cascade)
+        if cancelled:
+            record_outcomes(using, cancelled)
+    return deleted

@@ -9,7 +9,8 @@ from django.db import IntegrityError, transaction
 
 from . import history
 from .batches import Counts, record_outcomes, tally
-from .tables import JOB, LIVE, cursor_and_engine, marks, notify_cancelled, notify_queues
+from .dependencies import cancel_dependents, forget_waits_of
+from .tables import JOB, LIVE, UNFINISHED, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
 @dataclass(frozen=True)
@@ -74,16 +75,19 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
 
 
 def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
-    """ready or running -> cancelled; return the jobs changed.
+    """ready, running or waiting -> cancelled; return the jobs changed.
 
-    Done, cancelled and missing jobs are left alone. The worker of a running job
+    Done, cancelled and missing jobs are left alone. The jobs that wait on a
+    cancelled one (``depends_on``) are cancelled too, and theirs, in the same
+    transaction, and returned after it. The worker of a running job
     finds its ack refused and, on PostgreSQL, is woken on ``CANCEL_CHANNEL``
     when this transaction commits, to stop the job.
     """
     if not job_ids:
         return []
     cursor, engine = cursor_and_engine(using)
-    # A notification commits with the cancel, or neither does; so do the counts of the jobs' batches.
+    # The cancel, its cascade over dependents, (where one is sent) its notification and the
+    # counts of the jobs' batches commit together.
     with transaction.atomic(using=using):
         # A running job's attempt ends here: its history entry is written with the cancel.
         ended = history.pushed_entry(engine, history.CANCELLED, "''")
@@ -95,14 +99,18 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now}, locked_until = NULL, "
             "locked_by = CASE WHEN status = 'running' THEN locked_by END, "
             f"attempt_history = {attempts} "
-            f"WHERE id IN ({marks(job_ids)}) AND status IN {LIVE} "
+            f"WHERE id IN ({marks(job_ids)}) AND status IN {UNFINISHED} "
             "RETURNING id, name, queue, locked_by IS NOT NULL, batch_id",
             list(job_ids),
         )
         rows = sorted(cursor.fetchall())
         changed = [JobChange(job_id, name, queue, bool(running)) for job_id, name, queue, running, _ in rows]
         notify_cancelled(using, [change.job_id for change in changed if change.was_running])
-        cancelled = tally((row[4], Counts(cancelled=1)) for row in rows)
+        forget_waits_of(using, [change.job_id for change in changed])
+        cascade = cancel_dependents(using, [change.job_id for change in changed])
+        changed += [JobChange(job_id, name, queue) for job_id, name, queue, _ in cascade]
+        batch_ids = [row[4] for row in rows] + [batch_id for *_, batch_id in cascade]
+        cancelled = tally((batch_id, Counts(cancelled=1)) for batch_id in batch_ids)
         if cancelled:
             record_outcomes(using, cancelled)
     return changed

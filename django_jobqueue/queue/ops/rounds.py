@@ -22,7 +22,7 @@ from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
 from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
-from .claims import complete_arrays_statement, complete_many
+from .claims import complete_arrays_statement, complete_held_back, complete_many
 from .limited import (
     KEYED_SEEN,
     NOT_PAUSED_ROW,
@@ -156,6 +156,8 @@ def _plain_round(
         params = ack_params + params
     rows = run_bound(using, sql, params)
     acked = {(row[0], row[_TOKEN_INDEX]) for row in rows if row[_STATUS_INDEX] == "acked"}
+    if completions:
+        acked |= complete_held_back(using, round_.worker_id, completions, acked, keep)
     if probe:
         flow.probed(any(row[_STATUS_INDEX] == "flow" for row in rows))
     claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] not in _MARKERS])
@@ -202,6 +204,8 @@ def _limited_round(
         statements.append((sql, sql_params))
         results = run_in_transaction(using, statements)
         acked = {(row[0], row[1]) for row in results[1]} if completions else set()
+        if completions:
+            acked |= complete_held_back(using, round_.worker_id, completions, acked, keep)
         rows = results[-1]
         marker = next(row for row in rows if row[_STATUS_INDEX] == "flow")
         learnt = (marker[_ATTEMPTS_INDEX], marker[_MAX_ATTEMPTS_INDEX], marker[_KEY_INDEX])

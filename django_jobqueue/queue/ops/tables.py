@@ -20,6 +20,8 @@ JOB = Job._meta.db_table
 DEAD = DeadLetter._meta.db_table
 WORKER = Worker._meta.db_table
 LIVE = "('ready', 'running')"
+# Not finished: live, or waiting on a dependency (``depends_on``), which no claim sees.
+UNFINISHED = "('ready', 'running', 'waiting')"
 CLAIM_ORDER = "priority DESC, run_at, id"
 # The columns an insert of a new job writes, in the order its values come.
 INSERT_COLUMNS = (
@@ -66,6 +68,8 @@ class NewJob(NamedTuple):
     # that the plain jobs of a big batch are still built positionally without them.
     concurrency_key: str | None = None
     concurrency_limit: int | None = None  # set whenever concurrency_key is
+    # depends_on: the ids of the jobs this one waits for, sorted and distinct; () for none.
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

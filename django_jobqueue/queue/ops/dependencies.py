@@ -1,0 +1,253 @@
+"""Dependencies (``depends_on``): waiting jobs, their edges, and the release at the last ack.
+
+An edge (``Dependency``) is one outstanding dependency: it exists from the
+dependent's enqueue until the dependency is acked (the edge is deleted and the
+dependent released, ``waiting`` -> ``ready``, when it was its last) or cancelled
+(the dependent is cancelled, and its own dependents after it). A dependency in
+the dead letters keeps its edges, under the job id the dead letter keeps; a
+retry points them to the new job.
+
+What serialises the statements that meet on one row (docs/workflows.md):
+
+- an enqueue naming job A and A's ack, cancel or burial: the enqueue writes
+  A's ``has_dependents`` (a row lock on PostgreSQL, the write lock on SQLite)
+  before it adds the edge, so an ack committing first is seen as ``done`` and
+  an ack coming after finds the flag, and takes the releasing ack;
+- an enqueue naming a dead letter and its retry or deletion: the enqueue reads
+  the dead letter ``FOR SHARE``, so the retry re-points (or the deletion
+  cancels) after the edge is committed, or the enqueue finds it gone;
+- the last two dependencies of one job acked at once: each release locks the
+  dependents before it counts their edges, in a statement of its own, so the
+  second to get the lock sees the first's deleted edge (READ COMMITTED takes a
+  snapshot per statement) and releases the job; ``status = 'waiting'`` keeps
+  a release from happening twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import transaction
+
+from ...exceptions import DependencyError
+from ...models import Dependency, Job
+from .enqueue import insert_jobs
+from .tables import (
+    DEAD,
+    JOB,
+    ROWS_PER_STATEMENT,
+    UNFINISHED,
+    NewJob,
+    batched,
+    cursor_and_engine,
+    marks,
+    notify_queues,
+)
+
+EDGE = Dependency._meta.db_table
+# Repairs per statement of the tick's backstop.
+REPAIR_BATCH = 500
+
+
+def insert_waiting_jobs(
+    using: str, new_jobs: Sequence[NewJob], trace_context: dict[str, str] | None = None
+) -> list[Job]:
+    """Insert ``new_jobs`` and their edges, in one transaction; return the jobs, in order.
+
+    A job left with an outstanding dependency is ``waiting``; one whose every
+    dependency is done already is ``ready``. Raise ``DependencyError``, with
+    nothing inserted, for a dependency that is cancelled or not in the queue
+    (unknown, or finished and pruned: its outcome is not known).
+    """
+    with transaction.atomic(using=using):
+        outstanding = lock_dependencies(using, sorted({d for new in new_jobs for d in new.depends_on}))
+        jobs = insert_jobs(using, new_jobs, trace_context)
+        edges = [
+            (job.pk, dependency)
+            for job, new in zip(jobs, new_jobs, strict=True)
+            for dependency in new.depends_on
+            if dependency in outstanding
+        ]
+        waiting = sorted({dependent for dependent, _ in edges})
+        cursor, _ = cursor_and_engine(using)
+        for chunk in batched(edges, ROWS_PER_STATEMENT):
+            rows_sql = ", ".join(["(%s, %s)"] * len(chunk))
+            cursor.execute(
+                f"INSERT INTO {EDGE} (dependent_id, dependency_id) VALUES {rows_sql}",
+                [value for edge in chunk for value in edge],
+            )
+        for chunk in batched(waiting, ROWS_PER_STATEMENT):
+            cursor.execute(f"UPDATE {JOB} SET status = 'waiting' WHERE id IN ({marks(chunk)})", list(chunk))
+    held = set(waiting)
+    for job in jobs:
+        if job.pk in held:
+            job.status = "waiting"
+    return jobs
+
+
+def lock_dependencies(using: str, job_ids: Sequence[int]) -> set[int]:
+    """Mark and lock each of ``job_ids`` as a dependency; return those not done yet.
+
+    A live job gets ``has_dependents`` (so that its ack releases), a dead letter
+    is read ``FOR SHARE`` (so that its retry or deletion waits for this
+    transaction). A done job is no edge. Raise ``DependencyError`` for a
+    cancelled job and for an id neither in the jobs nor in the dead letters.
+    """
+    cursor, engine = cursor_and_engine(using)
+    outstanding: set[int] = set()
+    for chunk in batched(job_ids, ROWS_PER_STATEMENT):
+        # Locked in id order, as every enqueue locks them: two never wait on each other.
+        cursor.execute(
+            f"UPDATE {JOB} SET has_dependents = TRUE WHERE id IN (SELECT id FROM {JOB} "
+            f"WHERE id IN ({marks(chunk)}) AND status IN {UNFINISHED} ORDER BY id {engine.for_update}) "
+            f"AND status IN {UNFINISHED} RETURNING id",
+            list(chunk),
+        )
+        outstanding.update(row[0] for row in cursor.fetchall())
+    rest = [job_id for job_id in job_ids if job_id not in outstanding]
+    for chunk in batched(rest, ROWS_PER_STATEMENT):
+        # Statements of their own: a job buried while the update above waited is a dead letter by now.
+        cursor.execute(f"SELECT id, status FROM {JOB} WHERE id IN ({marks(chunk)})", list(chunk))
+        statuses = dict(cursor.fetchall())
+        cancelled = sorted(job_id for job_id, status in statuses.items() if status == "cancelled")
+        if cancelled:
+            raise DependencyError(f"depends_on names cancelled job(s) {_listed(cancelled)}: they never run")
+        missing = [job_id for job_id in chunk if job_id not in statuses]
+        if not missing:
+            continue
+        cursor.execute(
+            f"SELECT job_id FROM {DEAD} WHERE job_id IN ({marks(missing)}) {engine.for_share}", missing
+        )
+        dead = {row[0] for row in cursor.fetchall()}
+        unknown = [job_id for job_id in missing if job_id not in dead]
+        if unknown:
+            raise DependencyError(
+                f"depends_on names job(s) {_listed(unknown)} that are not in the queue: unknown, "
+                "or finished and pruned (their outcome is not known)"
+            )
+        outstanding.update(dead)
+    return outstanding
+
+
+def _listed(job_ids: Sequence[int]) -> str:
+    shown = ", ".join(f"#{job_id}" for job_id in job_ids[:10])
+    return shown + (f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else "")
+
+
+def release_dependents(using: str, job_ids: Sequence[int]) -> int:
+    """Drop the edges of ``job_ids``, just acked in this transaction; waiting -> ready for
+    each dependent left without one. Return how many were released.
+
+    Run in the ack's transaction: the ack and the release commit together.
+    """
+    cursor, engine = cursor_and_engine(using)
+    dependents: set[int] = set()
+    for chunk in batched(job_ids, ROWS_PER_STATEMENT):
+        cursor.execute(
+            f"DELETE FROM {EDGE} WHERE dependency_id IN ({marks(chunk)}) RETURNING dependent_id", list(chunk)
+        )
+        dependents.update(row[0] for row in cursor.fetchall())
+    released = 0
+    queues: list[str] = []
+    for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
+        if engine.for_update:
+            # The lock first, and the edges counted by the next statement's own
+            # snapshot: a concurrent ack of the same job's other dependency has
+            # then either committed its delete, or waits for this transaction.
+            cursor.execute(
+                f"SELECT id FROM {JOB} WHERE id IN ({marks(chunk)}) AND status = 'waiting' "
+                f"ORDER BY id {engine.for_update}",
+                list(chunk),
+            )
+        cursor.execute(
+            f"UPDATE {JOB} SET status = 'ready' WHERE id IN ({marks(chunk)}) AND status = 'waiting' "
+            f"AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id) RETURNING queue",
+            list(chunk),
+        )
+        rows = cursor.fetchall()
+        released += len(rows)
+        queues += [row[0] for row in rows]
+    notify_queues(using, queues)
+    return released
+
+
+def cancel_dependents(using: str, job_ids: Sequence[int]) -> list[tuple[int, str, str, int | None]]:
+    """waiting -> cancelled for every job that waits on ``job_ids``, and theirs, transitively.
+
+    Run in the transaction that cancels ``job_ids`` (or deletes their dead
+    letters). Return ``(id, name, queue, batch_id)`` of each job cancelled here:
+    the caller counts them in their batches.
+    """
+    cursor, engine = cursor_and_engine(using)
+    cancelled: list[tuple[int, str, str, int | None]] = []
+    frontier = sorted(set(job_ids))
+    while frontier:
+        dependents: set[int] = set()
+        for chunk in batched(frontier, ROWS_PER_STATEMENT):
+            cursor.execute(
+                f"DELETE FROM {EDGE} WHERE dependency_id IN ({marks(chunk)}) RETURNING dependent_id",
+                list(chunk),
+            )
+            dependents.update(row[0] for row in cursor.fetchall())
+        frontier = []
+        for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
+            cursor.execute(
+                f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now} "
+                f"WHERE id IN ({marks(chunk)}) AND status = 'waiting' RETURNING id, name, queue, batch_id",
+                list(chunk),
+            )
+            rows = cursor.fetchall()
+            cancelled += [(row[0], row[1], row[2], row[3]) for row in rows]
+            frontier += [row[0] for row in rows]
+        forget_waits_of(using, frontier)
+    return sorted(cancelled)
+
+
+def forget_waits_of(using: str, job_ids: Sequence[int]) -> None:
+    """Delete the edges on which ``job_ids`` (cancelled in this transaction) waited."""
+    cursor, _ = cursor_and_engine(using)
+    for chunk in batched(job_ids, ROWS_PER_STATEMENT):
+        cursor.execute(f"DELETE FROM {EDGE} WHERE dependent_id IN ({marks(chunk)})", list(chunk))
+
+
+def repoint_dependencies(using: str, moves: Sequence[tuple[int, int]]) -> set[int]:
+    """Point the edges of each ``(old_job_id, new_job_id)`` (a dead letter retried) to the new job;
+    return the new jobs that dependents wait on (each now marked ``has_dependents``).
+
+    Run in the retry's transaction, after the dead letter's row is locked or
+    deleted: an enqueue that read it ``FOR SHARE`` has committed its edges by then.
+    """
+    cursor, _ = cursor_and_engine(using)
+    awaited: set[int] = set()
+    for old, new in moves:
+        cursor.execute(f"UPDATE {EDGE} SET dependency_id = %s WHERE dependency_id = %s", [new, old])
+        if cursor.rowcount:
+            cursor.execute(f"UPDATE {JOB} SET has_dependents = TRUE WHERE id = %s", [new])
+            awaited.add(new)
+    return awaited
+
+
+def repair_waiting(using: str) -> int:
+    """Release waiting jobs that no edge holds, and drop edges to done jobs; return how many released.
+
+    A backstop on the tick: every ack, cancel and retry keeps the edges in step
+    in its own transaction, so this finds nothing unless rows were changed by hand.
+    """
+    cursor, engine = cursor_and_engine(using)
+    cursor.execute(
+        f"DELETE FROM {EDGE} WHERE dependency_id IN (SELECT id FROM {JOB} WHERE status = 'done' "
+        f"AND has_dependents AND id IN (SELECT dependency_id FROM {EDGE}))"
+    )
+    free = f"status = 'waiting' AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id)"
+    released = 0
+    while True:
+        with transaction.atomic(using=using):
+            cursor.execute(
+                f"UPDATE {JOB} SET status = 'ready' WHERE id IN (SELECT id FROM {JOB} WHERE {free} "
+                f"LIMIT {REPAIR_BATCH} {engine.skip_locked}) AND {free} RETURNING queue"
+            )
+            rows = cursor.fetchall()
+            notify_queues(using, [row[0] for row in rows])
+        released += len(rows)
+        if len(rows) < REPAIR_BATCH:
+            return released
