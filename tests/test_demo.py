@@ -287,4 +287,5 @@ def test_the_next_steps_work_when_pasted_alone_and_the_worker_waits_out_the_back
 
     status = paste(one(commands, "jobqueue status"))
     assert status.returncode == 0, status.stderr
-    assert re.search(r"^otp\s+0\s+0\s+0\s+2\b", status.stdout, re.MULTILINE), status.stdout
+    # ready, scheduled, running, waiting: none; dead: 2.
+    assert re.search(r"^otp\s+0\s+0\s+0\s+0\s+2\b", status.stdout, re.MULTILINE), status.stdout
