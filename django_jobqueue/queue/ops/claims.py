@@ -34,17 +34,23 @@ def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> b
     """
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
-    if keep:
-        cursor.execute(
-            f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
-            f"locked_until = NULL, result = %s WHERE {where} AND {NO_DEPENDENTS}",
-            [result_json, *params],
-        )
-    else:
-        cursor.execute(f"DELETE FROM {JOB} WHERE {where} AND {NO_DEPENDENTS}", params)
+    cursor.execute(
+        _done(engine, f"{where} AND {NO_DEPENDENTS}", keep), [result_json, *params] if keep else params
+    )
     if cursor.rowcount == 1:
         return True
     return bool(complete_releasing(using, [(fence, result_json)], keep))
+
+
+def _done(engine: Engine, where: str, keep: bool, returning: str = "") -> str:
+    """The ack's statement for the claims ``where`` names: done and kept (its first
+    parameter the result), or deleted with ``KEEP_COMPLETED = 0``."""
+    if keep:
+        return (
+            f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
+            f"locked_until = NULL, result = %s WHERE {where} {returning}"
+        )
+    return f"DELETE FROM {JOB} WHERE {where} {returning}"
 
 
 def complete_releasing(
@@ -62,16 +68,8 @@ def complete_releasing(
         releasing: list[int] = []
         for fence, result_json in acks:
             where, params = fence.where()
-            if keep:
-                cursor.execute(
-                    f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
-                    f"result = %s WHERE {where} RETURNING id, claim_token, has_dependents",
-                    [result_json, *params],
-                )
-            else:
-                cursor.execute(
-                    f"DELETE FROM {JOB} WHERE {where} RETURNING id, claim_token, has_dependents", params
-                )
+            returning = "RETURNING id, claim_token, has_dependents"
+            cursor.execute(_done(engine, where, keep, returning), [result_json, *params] if keep else params)
             row = cursor.fetchone()
             if row is not None:
                 done.add((row[0], row[1]))
@@ -120,14 +118,7 @@ def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bo
     where, params = fence.where()
     returning = "RETURNING id, batch_id, has_dependents"
     with transaction.atomic(using=using):
-        if keep:
-            cursor.execute(
-                f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
-                f"locked_until = NULL, result = %s WHERE {where} {returning}",
-                [result_json, *params],
-            )
-        else:
-            cursor.execute(f"DELETE FROM {JOB} WHERE {where} {returning}", params)
+        cursor.execute(_done(engine, where, keep, returning), [result_json, *params] if keep else params)
         row = cursor.fetchone()
         if row is None:
             return False
