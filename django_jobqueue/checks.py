@@ -116,6 +116,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     errors.extend(_schedule_errors())
     errors.extend(queues_errors())
     errors.extend(metrics_token_errors())
+    errors.extend(synchronous_commit_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
@@ -166,6 +167,24 @@ def _naming_queue(problem: str, queue: object) -> str:
 
 # A token a person can neither guess nor brute-force over HTTP: secrets.token_urlsafe(32) gives 43.
 MIN_METRICS_TOKEN_LENGTH = 32
+
+
+# PostgreSQL's values of synchronous_commit.
+SYNCHRONOUS_COMMIT_VALUES = ("off", "local", "remote_write", "on", "remote_apply")
+
+
+def synchronous_commit_errors() -> list[CheckMessage]:
+    value = jobqueue_settings.WORKER_SYNCHRONOUS_COMMIT
+    if value is None or (isinstance(value, str) and value in SYNCHRONOUS_COMMIT_VALUES):
+        return []
+    return [
+        Error(
+            f"JOBQUEUE['WORKER_SYNCHRONOUS_COMMIT'] must be None or one of "
+            f"{', '.join(map(repr, SYNCHRONOUS_COMMIT_VALUES))}, not {value!r}.",
+            hint="See docs/settings.md#worker_synchronous_commit.",
+            id="django_jobqueue.E016",
+        )
+    ]
 
 
 def metrics_token_errors() -> list[CheckMessage]:

@@ -30,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "REDACT_PAYLOAD_KEYS": [],
     # PostgreSQL: the per-job statements (enqueue, claim, ack) prepared, planned once per connection.
     "PREPARED_STATEMENTS": True,
+    # PostgreSQL: synchronous_commit of a worker's rounds (its claims and acks); None = the
+    # database's own. Every write of a round is redone if a database crash undoes it.
+    "WORKER_SYNCHRONOUS_COMMIT": "off",
     # Periodic jobs: name -> {"job", "cron" | "every", ...} (schedules.py, docs/schedules.md).
     "SCHEDULES": {},
     # Seconds a fire time may be late and still count as on time rather than
@@ -59,6 +62,7 @@ class JobQueueSettings:
     TASK_MODULES: list[str]
     REDACT_PAYLOAD_KEYS: list[str]
     PREPARED_STATEMENTS: bool
+    WORKER_SYNCHRONOUS_COMMIT: str | None
     SCHEDULES: dict[str, Any]
     SCHEDULE_GRACE: float
     QUEUES: dict[str, Any]

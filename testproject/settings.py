@@ -100,6 +100,8 @@ JOBQUEUE = {
     "SCHEDULE_GRACE": env.float("JOBQUEUE_SCHEDULE_GRACE", default=60.0),
     # Flow control's queue caps and rate limits (docs/flow-control.md), as JSON.
     "QUEUES": env.json("JOBQUEUE_QUEUES", default={}),
+    # The worker rounds' synchronous_commit on PostgreSQL (docs/guarantees.md).
+    "WORKER_SYNCHRONOUS_COMMIT": env.str("JOBQUEUE_WORKER_SYNCHRONOUS_COMMIT", default="off"),
 }
 
 # Django's Tasks framework runs on the queue: django.tasks on Django 6, the

@@ -37,6 +37,8 @@ def test_defaults_pass():
         ({"KEEP_COMPLETED": -1}, "django_jobqueue.E006"),
         ({"MODULES": "myapp.jobs"}, "django_jobqueue.E007"),
         ({"PREPARED_STATEMENTS": "yes"}, "django_jobqueue.E009"),
+        ({"WORKER_SYNCHRONOUS_COMMIT": "OFF"}, "django_jobqueue.E016"),
+        ({"WORKER_SYNCHRONOUS_COMMIT": False}, "django_jobqueue.E016"),
         ({"VISIBILTY_TIMEOUT": 5}, "django_jobqueue.W001"),
         ({"QUEUES": ["emails"]}, "django_jobqueue.E014"),
         ({"QUEUES": {"emails": {"concurrency": 0}}}, "django_jobqueue.E014"),

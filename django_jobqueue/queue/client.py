@@ -48,6 +48,9 @@ class QueueClient:
         self.using = using or jobqueue_settings.DATABASE
         # What this client's claims learnt of limited jobs, for its next claim.
         self.flow = FlowState()
+        # synchronous_commit of this client's claims and rounds on PostgreSQL; None:
+        # the database's own. A worker sets JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"].
+        self.round_commit: str | None = None
 
     def __repr__(self) -> str:
         return f"QueueClient(using={self.using!r})"
@@ -151,7 +154,9 @@ class QueueClient:
         timeout = None
         if visibility_timeout is not None:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
-        return ops.claim(self.using, check_worker_id(worker_id), queue_limits, limit, timeout, self.flow)
+        return ops.claim(
+            self.using, check_worker_id(worker_id), queue_limits, limit, timeout, self.flow, self.round_commit
+        )
 
     # -- completing ------------------------------------------------------------
 
@@ -236,6 +241,7 @@ class QueueClient:
                 _check_limit(limit),
                 timeout,
                 self.flow,
+                self.round_commit,
             )
             if batch_of:
                 # After the claim: the batch rows' locks are held for the commit alone.

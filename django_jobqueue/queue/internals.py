@@ -160,10 +160,31 @@ def binary_cursor(cursor_class: type[Any], driver_connection: Any) -> Any:
     directly rather than through the connection's own ``cursor()``.
     """
     import psycopg  # here: a project on SQLite alone need not install it
+    from psycopg.types.json import set_json_loads
 
     cursor = cursor_class(driver_connection)
     cursor.format = psycopg.pq.Format.BINARY
+    set_json_loads(json_loads, cursor)
     return cursor
+
+
+_decode_json = json.JSONDecoder().decode
+
+
+def json_loads(data: bytes | str) -> Any:
+    """``json.loads`` for the jsonb columns a claim returns, three a job, most of them ``[]``.
+
+    psycopg hands ``json.loads`` bytes, which it first sniffs for their
+    encoding; jsonb's text is UTF-8, so decoding it directly skips that, and
+    the empty array and object (a job's history and worker ids, a payload of
+    no arguments) skip the parser. A fresh object each time: the caller may
+    change it.
+    """
+    if data == b"[]":
+        return []
+    if data == b"{}":
+        return {}
+    return _decode_json(data.decode() if isinstance(data, bytes) else data)
 
 
 def driver_cursor(cursor: CursorWrapper) -> Any:

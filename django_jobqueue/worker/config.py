@@ -41,6 +41,9 @@ class WorkerConfig:
     verbosity: int = 1  # -v, for the children's console lines
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no /metrics nor /healthz
+    # synchronous_commit of the claiming rounds on PostgreSQL (JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]);
+    # None: the database's own.
+    synchronous_commit: str | None = None
 
     @property
     def slot_range(self) -> SlotRange:

@@ -83,6 +83,8 @@ class Supervisor:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.client = QueueClient(config.using)
+        # Whatever a round writes is written again if a database crash undoes it: docs/guarantees.md.
+        self.client.round_commit = config.synchronous_commit
         self.running = RunningJobs()
         self._stopping = threading.Event()
         self._signalled = threading.Event()

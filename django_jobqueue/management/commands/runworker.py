@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from ...checks import synchronous_commit_errors
 from ...conf import jobqueue_settings
 from ...loader import load_job_modules
 from ...queue.flow import configured_limits
@@ -295,6 +296,8 @@ class Command(BaseCommand):
             configured_limits()
         except ValueError as exc:
             raise CommandError(f"refusing to start: {exc} (see docs/flow-control.md)") from None
+        for error in synchronous_commit_errors():  # every round would fail on it (E016)
+            raise CommandError(f"refusing to start: {error.msg}")
         supervisor = run_worker(config)
         if supervisor.refused is not None:
             raise CommandError(f"refusing to start: {supervisor.refused}")
@@ -349,6 +352,7 @@ class Command(BaseCommand):
             verbosity=options.get("verbosity", 1),
             metrics_host=host or DEFAULT_METRICS_HOST,
             metrics_port=port,
+            synchronous_commit=jobqueue_settings.WORKER_SYNCHRONOUS_COMMIT,
         )
 
     @staticmethod

@@ -67,6 +67,10 @@ class Engine:
     # The first statement of a read-only transaction whose reads must all see one
     # snapshot of the database; None where reads are left statement by statement.
     snapshot_read: str | None = None
+    # A SELECT that sets synchronous_commit for the rest of the transaction, from
+    # one parameter (a worker's rounds: JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]);
+    # None where the database has no such setting.
+    commit_mode_sql: str | None = None
     # ``str.format`` templates for ``now_plus``, ``json_push`` and ``json_pop``.
     now_plus_template: str = ""
     json_push_template: str = ""

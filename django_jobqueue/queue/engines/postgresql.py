@@ -27,6 +27,8 @@ class PostgreSQLEngine(Engine):
     flow_lock = "SELECT pg_advisory_xact_lock(7100160716)"
     # READ COMMITTED takes a new snapshot per statement; a scrape's counts must add up.
     snapshot_read = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+    # set_config(..., true): for this transaction only, even the implicit one of a lone statement.
+    commit_mode_sql = "SELECT set_config('synchronous_commit', %s, true)"
     clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
     for_update = "FOR UPDATE"

@@ -45,6 +45,7 @@ def claim(
     limit: int | None,
     visibility_timeout: float | None,
     flow: FlowState | None = None,
+    synchronous_commit: str | None = None,
 ) -> list[Job]:
     """ready -> running for up to ``limit`` due jobs; return them in claim order.
 
@@ -56,7 +57,9 @@ def claim(
     Paused queues are passed over, and a limited job is taken only while its
     key, its queue's cap and its queue's rate have room (``limited.py``).
     """
-    return claim_round(using, worker_id, [], True, queue_limits, limit, visibility_timeout, flow)[1]
+    return claim_round(
+        using, worker_id, [], True, queue_limits, limit, visibility_timeout, flow, synchronous_commit
+    )[1]
 
 
 def claim_round(
@@ -68,6 +71,7 @@ def claim_round(
     limit: int | None,
     visibility_timeout: float | None,
     flow: FlowState | None = None,
+    synchronous_commit: str | None = None,
 ) -> tuple[set[tuple[int, int]], list[Job]]:
     """``complete_many(completions)`` then ``claim(...)`` (skipped when ``limit`` is 0), atomically.
 
@@ -76,7 +80,9 @@ def claim_round(
     and no ``BEGIN`` / ``COMMIT`` of its own (a round that may claim limited
     jobs pipelines its lock, acks, claim and commit: one round trip too); on
     SQLite, one transaction. ``flow`` carries what the claimer learnt of
-    limited jobs from one round to the next.
+    limited jobs from one round to the next. ``synchronous_commit`` is the
+    round's commit on PostgreSQL (``JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]``,
+    docs/guarantees.md); None leaves the database's own.
     """
     engine = engine_for(connections[using])
     flow = flow if flow is not None else FlowState()
@@ -85,7 +91,8 @@ def claim_round(
     if limit == 0:
         return complete_many(using, worker_id, completions, keep), []
     limits = configured_limits()
-    round_ = Round(worker_id, queue_limits, limit, visibility_timeout, limits, flow)
+    commit = synchronous_commit if engine.commit_mode_sql is not None else None
+    round_ = Round(worker_id, queue_limits, limit, visibility_timeout, limits, flow, commit)
     if limited_queues(queue_limits, limits) or flow.keyed_waiting:
         return _limited_round(using, engine, round_, completions, keep)
     acked, claimed = _plain_round(using, engine, round_, completions, keep)
@@ -116,6 +123,7 @@ class Round:
     visibility_timeout: float | None
     limits: Mapping[str, QueueLimits]
     flow: FlowState
+    synchronous_commit: str | None = None  # the round's commit (PostgreSQL); None: the database's
 
 
 def _plain_round(
@@ -154,6 +162,13 @@ def _plain_round(
         ack_sql, ack_params = complete_arrays_statement(round_.worker_id, completions, keep)
         sql = f"WITH acked AS ({ack_sql}), {sql[5:]} UNION ALL SELECT {_ACKED_COLUMNS_SQL} FROM acked"
         params = ack_params + params
+    if round_.synchronous_commit is not None:
+        if not sql.startswith("WITH"):
+            sql = f"WITH claimed AS ({update}) SELECT {JOB_COLUMNS_SQL} FROM claimed"
+        # A branch of the same statement, so that the round stays one round trip:
+        # the setting holds for the statement's own transaction, and so its commit.
+        sql += f" UNION ALL SELECT {_COMMIT_MARKER_SQL} FROM ({engine.commit_mode_sql}) AS commit_mode"
+        params = [*params, round_.synchronous_commit]
     rows = run_bound(using, sql, params)
     acked = {(row[0], row[_TOKEN_INDEX]) for row in rows if row[_STATUS_INDEX] == "acked"}
     if completions:
@@ -199,11 +214,14 @@ def _limited_round(
             sql_params += [queue for queue, _window in rated]
         sql += f" SELECT {JOB_COLUMNS_SQL} FROM claimed UNION ALL SELECT {marker_sql}"
         statements: list[tuple[str, Sequence[Any]]] = [(engine.flow_lock, [])]
+        if round_.synchronous_commit is not None and engine.commit_mode_sql is not None:
+            statements.append((engine.commit_mode_sql, [round_.synchronous_commit]))
+        acks_at = len(statements)
         if completions:
             statements.append(complete_arrays_statement(round_.worker_id, completions, keep))
         statements.append((sql, sql_params))
         results = run_in_transaction(using, statements)
-        acked = {(row[0], row[1]) for row in results[1]} if completions else set()
+        acked = {(row[0], row[1]) for row in results[acks_at]} if completions else set()
         if completions:
             acked |= complete_held_back(using, round_.worker_id, completions, acked, keep)
         rows = results[-1]
@@ -278,7 +296,9 @@ _ACKED_COLUMNS_SQL = ", ".join(
     for column in JOB_COLUMNS
 )
 # Rows of a round's result that are not claimed jobs.
-_MARKERS = frozenset({"acked", "flow"})
+_MARKERS = frozenset({"acked", "flow", "commit"})
+# The row of the branch that sets the round's synchronous_commit.
+_COMMIT_MARKER_SQL = ", ".join("'commit'" if column == "status" else "NULL" for column in JOB_COLUMNS)
 
 
 def _flow_marker(keyed_seen: str, held: str = "0", walked: str = "NULL") -> str:
