@@ -353,3 +353,33 @@ def test_without_opentelemetry_enqueue_and_run_work_and_store_nothing(queue, tmp
     rows = Job.objects.filter(pk__in=reported["ids"])
     assert [row.trace_context for row in rows] == [None] * 21
     assert {row.status for row in rows} == {"done"}
+
+
+def test_the_worker_sees_a_provider_exactly_when_the_api_gives_one():
+    """The worker's shortcut past ``get_tracer_provider()`` gives its answer, before and after one is set."""
+    script = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from django_jobqueue.worker.tracing import _no_provider\n"
+        "before = (_no_provider(trace), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "after = (_no_provider(trace), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))\n"
+        "print(before, after)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    setup = "import django; django.setup()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", setup + script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["(True,", "True)", "(False,", "False)"], done.stderr
+    named = {**env, "OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"}
+    done = subprocess.run(
+        [sys.executable, "-c", setup + script.replace("trace.set_tracer_provider(TracerProvider())\n", "")],
+        cwd=ROOT,
+        env=named,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # A provider named in the environment is the API's to load: the worker asks it, and records spans.
+    assert done.stdout.split() == ["(False,", "False)", "(False,", "False)"], done.stderr

@@ -127,7 +127,7 @@ def test_the_jsonb_loader_gives_fresh_objects_equal_to_json_loads() -> None:
     assert second == [] and json_loads(b"{}") == {} and json_loads(b"{}") is not json_loads(b"{}")
     text = '{"name": "Zo\\u00eb ✓", "n": [1, 2.5, null, true], "deep": {"a": {}}}'
     assert json_loads(text.encode()) == {"name": "Zoë ✓", "n": [1, 2.5, None, True], "deep": {"a": {}}}
-    assert json_loads("[1]") == [1]
+    assert json_loads("[1]") == [1] and json_loads(memoryview(b"[2]")) == [2]
 
 
 def test_claimed_payloads_come_back_as_enqueued(queue: QueueClient) -> None:

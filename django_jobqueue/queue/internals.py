@@ -9,6 +9,7 @@ stands for, and names the internal and the versions when one has changed.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -160,18 +161,17 @@ def binary_cursor(cursor_class: type[Any], driver_connection: Any) -> Any:
     directly rather than through the connection's own ``cursor()``.
     """
     import psycopg  # here: a project on SQLite alone need not install it
-    from psycopg.types.json import set_json_loads
 
     cursor = cursor_class(driver_connection)
     cursor.format = psycopg.pq.Format.BINARY
-    set_json_loads(json_loads, cursor)
+    cursor.adapters.register_loader("jsonb", _jsonb_loader())
     return cursor
 
 
 _decode_json = json.JSONDecoder().decode
 
 
-def json_loads(data: bytes | str) -> Any:
+def json_loads(data: bytes | memoryview | str) -> Any:
     """``json.loads`` for the jsonb columns a claim returns, three a job, most of them ``[]``.
 
     psycopg hands ``json.loads`` bytes, which it first sniffs for their
@@ -184,7 +184,25 @@ def json_loads(data: bytes | str) -> Any:
         return []
     if data == b"{}":
         return {}
-    return _decode_json(data.decode() if isinstance(data, bytes) else data)
+    return _decode_json(data if isinstance(data, str) else str(data, "utf-8"))
+
+
+@functools.cache
+def _jsonb_loader() -> type[Any]:
+    """psycopg's loader of binary jsonb (a version byte, then the text), through ``json_loads``."""
+    from psycopg import DataError
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class JsonbLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> Any:
+            if not data or data[0] != 1:
+                raise DataError(f"unknown jsonb binary format: {data[:1]!r}")
+            return json_loads(data[1:])
+
+    return JsonbLoader
 
 
 def driver_cursor(cursor: CursorWrapper) -> Any:
