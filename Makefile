@@ -45,6 +45,11 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+# `make bench` alone needs the `bench` extra (pgqueuer, the peer it measures against).
+$(BIN)/.bench-installed: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
 $(BIN_DJ6)/.installed: pyproject.toml
 	$(if $(PYTHON_DJ6),,$(error Django 6 needs Python 3.12 or later: set PYTHON_DJ6))
 	$(PYTHON_DJ6) -m venv $(VENV_DJ6)
@@ -90,7 +95,7 @@ test-dj6-postgres: $(BIN_DJ6)/.installed
 tests-postgres:
 	$(call run_suites,$(POSTGRES_SUITES))
 
-bench: $(BIN)/.installed
+bench: $(BIN)/.bench-installed
 	DATABASE_URL=$(PG_URL) $(BIN)/python -m bench
 endif
 

@@ -6,7 +6,9 @@ a process of its own (``bench/part.py``), ours and the baseline interleaved run
 by run, and the medians are printed as a Markdown table with ratios, targets
 and each figure's spread across runs. On PostgreSQL, ``runworker --pool
 processes`` is also measured against the thread pool (``bench/processes.py``),
-and drains under per-key concurrency limits against plain ones (``bench/flow.py``);
+and drains under per-key concurrency limits against plain ones (``bench/flow.py``),
+and, where pgqueuer is installed (the ``bench`` extra), ``runworker`` at its
+defaults against pgqueuer at its own (``bench/pgqueuer_peer.py``);
 ``--against REF`` adds the thread pool's drains of this tree against those of
 the commit REF (``bench/against.py``). See docs/performance.md.
 """
@@ -20,6 +22,7 @@ import platform
 import subprocess
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -53,6 +56,8 @@ FULL = {
     "flow_concurrencies": [8, 32, 100],
     "flow_timeout": 600.0,  # seconds a drain may take in all
     "flow_stall": 30.0,  # seconds a drain may log no job: a claim that takes nothing more
+    # runworker against pgqueuer, each at its defaults (bench/pgqueuer_peer.py).
+    "peer_jobs": 10_000,
 }
 QUICK = {
     **FULL,
@@ -68,7 +73,19 @@ QUICK = {
     "pool_memory_jobs": 500,
     "flow_jobs": 20_000,
     "flow_timeout": 180.0,
+    "peer_jobs": 2_000,
 }
+
+
+NO_PGQUEUER = "pgqueuer is not installed (pip install -e '.[bench]'; make bench installs it)"
+
+
+def pgqueuer_version() -> str | None:
+    """pgqueuer's version, None if it is not installed: the peers part needs it (bench/pgqueuer_peer.py)."""
+    try:
+        return version("pgqueuer")
+    except PackageNotFoundError:
+        return None
 
 
 def create_database(url: str) -> None:
@@ -106,10 +123,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
     parser.add_argument(
         "--only",
-        choices=["postgresql", "sqlite", "pool", "flow", "against"],
+        choices=["postgresql", "sqlite", "pool", "flow", "against", "peers"],
         help="measure one database only; or on PostgreSQL only --pool processes against threads (pool), "
         "only drains under concurrency limits against plain ones (flow), "
-        "or only the drains against --against's commit (against)",
+        "only the drains against --against's commit (against), "
+        "or only runworker against pgqueuer, each at its defaults (peers; needs the bench extra)",
     )
     parser.add_argument(
         "--against",
@@ -121,9 +139,18 @@ def main() -> None:
     cfg: dict[str, Any] = dict(QUICK if args.quick else FULL)
     if args.runs:
         cfg["runs"] = args.runs
-    cfg["parts"] = {"pool": ["pool"], "flow": ["flow"], "against": []}.get(
+    cfg["parts"] = {"pool": ["pool"], "flow": ["flow"], "against": [], "peers": ["peers"]}.get(
         args.only or "", ["queue", "pool", "flow"]
     )
+    peers_skipped = ""
+    if pgqueuer_version() is None:
+        if args.only == "peers":
+            parser.error(f"--only peers: {NO_PGQUEUER}")
+        if args.only in (None, "postgresql"):
+            peers_skipped = f"runworker against pgqueuer: skipped, {NO_PGQUEUER}"
+            print(peers_skipped, file=sys.stderr)
+    elif args.only in (None, "postgresql"):
+        cfg["parts"].append("peers")
     if args.against:
         commit = against.resolve(args.against)
         cfg["against"] = {"ref": args.against, "commit": commit, "tree": str(against.export(commit))}
@@ -179,6 +206,14 @@ def main() -> None:
             print(report.render(title, rows, samples))
             print(f"\nRun by run:\n{report.paired(samples, rows)}")
             print()
+        if "peers" in cfg["parts"]:
+            title = f"PostgreSQL: against pgqueuer {pgqueuer_version()}, {cfg['peer_jobs']:,} no-op jobs"
+            rows = report.peer_rows()
+            print(report.render(title, rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}")
+            print()
+        elif peers_skipped:
+            print(f"{peers_skipped}\n")
     if "sqlite" in results:
         samples = results["sqlite"]
         print(report.render("SQLite", report.sqlite_rows(samples, cfg["sqlite_concurrencies"]), samples))

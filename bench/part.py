@@ -26,7 +26,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from . import against, flow, ours, processes, raw, raw_sqlite  # noqa: E402
+from . import against, flow, ours, pgqueuer_peer, processes, raw, raw_sqlite  # noqa: E402
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
 from .worker import drain, worker_env  # noqa: E402
 
@@ -94,6 +94,8 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         flow.measure(cfg, url, samples)
     if "against" in cfg["parts"]:
         measure_against(cfg, samples)
+    if "peers" in cfg["parts"]:
+        pgqueuer_peer.measure(cfg, url, samples)
     ours.reset()
     return samples
 

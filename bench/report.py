@@ -231,6 +231,24 @@ def against_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
     ]
 
 
+def peer_rows() -> list[Row]:
+    """runworker at its defaults against pgqueuer at its own (bench/pgqueuer_peer.py), then at others."""
+    return [
+        Row(
+            "drain at defaults: runworker vs pgqueuer",
+            "peer_ours",
+            "peer_pgqueuer",
+            "/s",
+            "≥ 1.0×",
+            _ratio(1.0),
+        ),
+        # For comparison only: pgqueuer on its other driver, and claiming and acking 100 at a time.
+        Row("runworker at defaults vs pgqueuer on psycopg", "peer_ours", "peer_pgqueuer_psycopg", "/s"),
+        Row("runworker at defaults vs pgqueuer --batch-size 100", "peer_ours", "peer_pgqueuer_b100", "/s"),
+        Row("peak RSS at defaults: runworker vs pgqueuer", "peer_ours_rss", "peer_pgqueuer_rss", "MB"),
+    ]
+
+
 def flow_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
     """Each limited drain against the plain drain at its concurrency, and the claim rounds each took."""
     rows = []

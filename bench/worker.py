@@ -93,7 +93,7 @@ def drain(
         log_path = Path(tmp) / "worker.log"
         started = time.perf_counter()
         proc = spawn(["--burst", *args], env, log_path, root)
-        peak, stopped = _watch(proc, log_path, timeout, stall)
+        peak, stopped = watch(proc, log_path, timeout, stall)
         wall = time.perf_counter() - started
         log = log_path.read_text(errors="replace")
     measured = _measure(log, wall, peak)
@@ -104,7 +104,7 @@ def drain(
     return measured
 
 
-def _watch(
+def watch(
     proc: subprocess.Popen[bytes], log_path: Path, timeout: float, stall: float | None
 ) -> tuple[float, str]:
     """Wait for ``proc``; return its peak RSS and, if it was killed, why."""
