@@ -302,3 +302,18 @@ def test_policy_resizes_at_most_once_per_interval_either_way():
 def test_slot_range_refuses_bad_bounds(low: int, high: int):
     with pytest.raises(ValueError, match="1 or more|MIN must not be above MAX"):
         SlotRange(low, high)
+
+
+def test_a_worker_without_concurrency_gets_ten_threads_or_a_child_per_cpu():
+    from django_jobqueue.management.commands.runworker import Command
+
+    assert Command.slot_range({}, "threads") == SlotRange(10, 10)
+    assert Command.slot_range({"concurrency": None}, "processes") == SlotRange(os.cpu_count(), os.cpu_count())
+    assert Command.slot_range({"concurrency": SlotRange(1, 1)}, "processes") == SlotRange(1, 1)
+
+
+def test_runworker_at_its_defaults_starts_ten_slots(queue, start_worker):
+    worker = start_worker("--worker-id", "defaults", env=MODULES)
+    worker.wait_started()
+    assert " concurrency=10 " in worker.log()
+    assert row_slots("defaults") == 10

@@ -32,6 +32,18 @@ logger = logging.getLogger(__name__)
 
 # Each slot is a thread (or a child process) and a database connection.
 MAX_CONCURRENCY = 1000
+# Slots when --concurrency is not given: most jobs wait on the network or the
+# database, and ten threads keep a worker busy without holding many connections
+# (docs/workers.md#how-many-processes-how-many-threads). Child processes run
+# Python in parallel, so a process pool gets one per CPU.
+DEFAULT_THREADS = 10
+
+
+def default_slots(pool: str) -> SlotRange:
+    """The slots of a worker started without ``--concurrency``."""
+    count = DEFAULT_THREADS if pool == "threads" else max(1, min(os.cpu_count() or 1, MAX_CONCURRENCY))
+    return SlotRange(count, count)
+
 # Waits beyond a day overflow timers, and outlast any process manager's patience.
 MAX_SHUTDOWN_TIMEOUT = 86400.0
 POOLS = ("threads", "processes")
@@ -165,9 +177,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency",
             type=concurrency,
-            default=SlotRange(1, 1),
+            default=None,
             metavar="N|MIN:MAX",
-            help=f"Jobs run at once, each in a slot (1 to {MAX_CONCURRENCY}). MIN:MAX starts MIN slots, "
+            help=f"Jobs run at once, each in a slot (1 to {MAX_CONCURRENCY}; default {DEFAULT_THREADS}, or "
+            "with --pool processes one per CPU). MIN:MAX starts MIN slots, "
             "adds slots while due jobs wait, up to MAX, and retires slots that were not needed for "
             "--shrink-after seconds, down to MIN.",
         )
@@ -326,7 +339,7 @@ class Command(BaseCommand):
         pool = options.get("pool") or "threads"
         if pool != "processes" and limits != ChildLimits():
             raise CommandError("--max-jobs-per-child and --max-memory-per-child need --pool processes")
-        slots = self.slot_range(options)
+        slots = self.slot_range(options, pool)
         port = options.get("metrics_port") or 0
         host = options.get("metrics_host")
         if host is not None and not port:
@@ -356,10 +369,12 @@ class Command(BaseCommand):
         )
 
     @staticmethod
-    def slot_range(options: dict[str, Any]) -> SlotRange:
+    def slot_range(options: dict[str, Any], pool: str = "threads") -> SlotRange:
         """``--concurrency`` as a range; refuse the resize options without one to apply them to."""
-        slots = options["concurrency"]
-        if not isinstance(slots, SlotRange):  # call_command(concurrency=4) skips the parser
+        slots = options.get("concurrency")
+        if slots is None:
+            slots = default_slots(pool)
+        elif not isinstance(slots, SlotRange):  # call_command(concurrency=4) skips the parser
             try:
                 slots = concurrency(str(slots))
             except ArgumentTypeError as exc:
