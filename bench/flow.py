@@ -14,6 +14,7 @@ samples record how many jobs it got through instead of a rate.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from django.db import connection
 
 from django_jobqueue import enqueue_many
+from django_jobqueue.queue.rows import JOB_COLUMNS
 
 from . import ours
 from .worker import Drain, DrainTimeout, drain, worker_env
@@ -94,6 +96,47 @@ def measure(cfg: dict[str, Any], url: str, samples: Samples) -> None:
                 if not drain_once(cfg, env, side, concurrency, samples):
                     failed.add(concurrency)
             report_run(samples, concurrency)
+
+
+def measure_backlog(cfg: dict[str, Any], url: str, samples: Samples) -> None:
+    """Limited jobs behind a backlog: ``drain_jobs`` keyed jobs drained from a table of ``backlog_jobs``.
+
+    Every job has a key of limit 1 (over ``flow_keys`` keys) and the queue a
+    cap and a rate limit that do not bind: every round goes through the limited
+    claim, its lock, its walk over the keys and its ledger. The same drain from
+    a table of ``drain_jobs`` is the baseline, in turns.
+    """
+    env = worker_env(url, JOBQUEUE_QUEUES=json.dumps(NON_BINDING_LIMITS))
+    concurrency, count = cfg["flow_backlog_concurrency"], cfg["drain_jobs"]
+    args = [f"--concurrency={concurrency}", f"--max-jobs={count}"]
+    for run in range(cfg["runs"]):
+        turns = [("small", count), ("backlog", cfg["backlog_jobs"])]
+        for side, size in turns if run % 2 == 0 else turns[::-1]:
+            fill_keyed_copies(size, cfg["flow_keys"])
+            result = drain(args, env, cfg["flow_timeout"], stall=cfg["flow_stall"])
+            if result.done != count:
+                raise SystemExit(f"limited {side} drain acked {result.done:,} of {count:,} jobs")
+            samples[f"flow_{side}_drain"].append(result.rate)
+            say(f"  limited drain c={concurrency}, {count:,} of {size:,} keyed jobs: {result.rate:,.0f}/s")
+
+
+# A queue cap and a rate far above what one worker reaches: in force, never binding.
+NON_BINDING_LIMITS = {"default": {"concurrency": 100_000, "rate_limit": "1000000/s"}}
+
+
+def fill_keyed_copies(count: int, keys: int, seed: int = CHUNK) -> None:
+    """``count`` keyed jobs: ``seed`` through ``enqueue_many``, the rest copied from them in SQL."""
+    ours.reset()
+    have = min(seed, count)
+    fill_keyed(have, key_order(have, keys))
+    columns = ", ".join(column for column in JOB_COLUMNS if column != "id")
+    with connection.cursor() as cursor:
+        while have < count:
+            more = min(have, count - have)
+            copy = f"INSERT INTO {ours.JOB} ({columns}) SELECT {columns} FROM {ours.JOB} LIMIT %s"
+            cursor.execute(copy, [more])
+            have += more
+    ours.analyze()
 
 
 def drain_once(

@@ -92,6 +92,7 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         measure_pool(cfg, url, samples)
     if "flow" in cfg["parts"]:
         flow.measure(cfg, url, samples)
+        flow.measure_backlog(cfg, url, samples)
     if "against" in cfg["parts"]:
         measure_against(cfg, samples)
     if "peers" in cfg["parts"]:
@@ -124,6 +125,7 @@ def measure_queue(cfg: dict[str, Any], url: str, samples: Samples) -> None:
                 samples[f"drain_c{concurrency}"].append(result.rate)
                 samples[f"rss_c{concurrency}"].append(result.peak_rss_mb)
                 say(f"  drain c={concurrency}: {result.rate:,.0f} jobs/s, {result.peak_rss_mb:.0f} MB")
+            drain_at_defaults(env, n_drain, samples)
             raw_latencies = raw.listen_pickup(info, cfg["pickup_jobs"], cfg["pickup_gap"])
             our_latencies = ours.pickup(url, env, cfg["pickup_jobs"], cfg["pickup_gap"], Path(tmp))
             for name, latencies in (("raw_pickup", raw_latencies), ("pickup", our_latencies)):
@@ -255,12 +257,22 @@ def measure_sqlite(cfg: dict[str, Any], url: str) -> Samples:
                 check_drained(result.done, n_drain, concurrency)
                 samples[f"drain_c{concurrency}"].append(result.rate)
                 say(f"  drain c={concurrency}: {result.rate:,.0f} jobs/s")
+            drain_at_defaults(env, n_drain, samples)
         samples["best_concurrency"] = [float(best_concurrency(samples, cfg["sqlite_concurrencies"]))]
     ours.reset()
     return samples
 
 
-def check_drained(done: int, expected: int, concurrency: int) -> None:
+def drain_at_defaults(env: dict[str, str], count: int, samples: Samples) -> None:
+    """``runworker --burst`` with no other option: what a newcomer's worker drains."""
+    ours.fill(count)
+    result = drain([], env)
+    check_drained(result.done, count, "(default)")
+    samples["drain_defaults"].append(result.rate)
+    say(f"  drain at defaults: {result.rate:,.0f} jobs/s")
+
+
+def check_drained(done: int, expected: int, concurrency: int | str) -> None:
     if done != expected:
         raise RuntimeError(f"runworker --concurrency={concurrency} acked {done} jobs, not {expected}")
 

@@ -109,8 +109,9 @@ def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
         # No Python per job: what the job table's columns and indexes allow a batch.
         Row("COPY of 10,000 ready-made rows into the job table", "job_table_copy", "raw_copy", "/s"),
         Row("enqueue_many() of 10,000 vs that COPY", "enqueue_many", "job_table_copy", "/s"),
-        Row("drain, defaults (concurrency 1) vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
-        Row("drain, defaults (concurrency 1) vs raw batch 100", "drain_c1", "raw_claim_ack_100", "/s"),
+        Row("drain, --concurrency 1 vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
+        Row("drain, --concurrency 1 vs raw batch 100", "drain_c1", "raw_claim_ack_100", "/s"),
+        Row("drain, defaults (10 threads) vs raw batch 100", "drain_defaults", "raw_claim_ack_100", "/s"),
     ]
     for concurrency in concurrencies:
         if concurrency == 1:
@@ -271,6 +272,17 @@ def flow_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
                 "count",
             ),
         ]
+    rows.append(
+        Row(
+            f"limited drain behind {cfg['backlog_jobs']:,} keyed jobs vs {cfg['drain_jobs']:,} "
+            f"(c={cfg['flow_backlog_concurrency']})",
+            "flow_backlog_drain",
+            "flow_small_drain",
+            "/s",
+            "≥ 0.8×",
+            _ratio(0.8),
+        )
+    )
     return rows
 
 
@@ -298,7 +310,8 @@ def sqlite_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
     rows = [
         Row("enqueue(), one transaction each", "enqueue", "raw_insert", "/s"),
         Row("enqueue_many() of 10,000 vs executemany", "enqueue_many", "raw_copy", "/s"),
-        Row("drain, defaults (concurrency 1) vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
+        Row("drain, --concurrency 1 vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
+        Row("drain, defaults (10 threads) vs raw batch 100", "drain_defaults", "raw_claim_ack_100", "/s"),
     ]
     for concurrency in concurrencies:
         rows.append(

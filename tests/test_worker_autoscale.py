@@ -313,7 +313,7 @@ def test_a_worker_without_concurrency_gets_ten_threads_or_a_child_per_cpu():
 
 
 def test_runworker_at_its_defaults_starts_ten_slots(queue, start_worker):
-    worker = start_worker("--worker-id", "defaults", env=MODULES)
+    worker = start_worker("--worker-id", "defaults", env=MODULES, defaults=True)
     worker.wait_started()
     assert " concurrency=10 " in worker.log()
     assert row_slots("defaults") == 10

@@ -106,7 +106,10 @@ def start_worker(queue: QueueClient, tmp_path: Path) -> Iterator[Callable[..., W
     """Start ``runworker`` with the given arguments on the test database; killed at teardown.
 
     ``env`` adds environment variables (for example ``JOBQUEUE_BACKOFF_BASE``).
-    Every worker is stopped before pytest-django empties the tables.
+    Without ``--concurrency`` among the arguments the worker runs one slot, the
+    one-job-at-a-time worker these scenarios are written for; ``defaults=True``
+    starts it at runworker's own defaults instead. Every worker is stopped
+    before pytest-django empties the tables.
     """
     started: list[WorkerProcess] = []
     base_env = {
@@ -116,7 +119,9 @@ def start_worker(queue: QueueClient, tmp_path: Path) -> Iterator[Callable[..., W
         "PYTHONUNBUFFERED": "1",
     }
 
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+    def start(*args: str, env: dict[str, str] | None = None, defaults: bool = False) -> WorkerProcess:
+        if not defaults and not any(arg.startswith("--concurrency") for arg in args):
+            args = ("--concurrency", "1", *args)
         log_path = tmp_path / f"worker-{len(started)}.log"
         worker = WorkerProcess(list(args), log_path, {**base_env, **(env or {})})
         started.append(worker)
