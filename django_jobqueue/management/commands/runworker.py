@@ -44,6 +44,7 @@ def default_slots(pool: str) -> SlotRange:
     count = DEFAULT_THREADS if pool == "threads" else max(1, min(os.cpu_count() or 1, MAX_CONCURRENCY))
     return SlotRange(count, count)
 
+
 # Waits beyond a day overflow timers, and outlast any process manager's patience.
 MAX_SHUTDOWN_TIMEOUT = 86400.0
 POOLS = ("threads", "processes")
