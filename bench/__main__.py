@@ -58,6 +58,8 @@ FULL = {
     "flow_stall": 30.0,  # seconds a drain may log no job: a claim that takes nothing more
     # runworker against pgqueuer, each at its defaults (bench/pgqueuer_peer.py).
     "peer_jobs": 10_000,
+    # Limited jobs behind a backlog (flow.measure_backlog): backlog_jobs keyed jobs, drain_jobs taken.
+    "flow_backlog_concurrency": 32,
 }
 QUICK = {
     **FULL,
