@@ -228,17 +228,32 @@ def _lines_of(runs: list[Execution], lines: Mapping[tuple[int, int, str], list[L
 
     A worker logs one line per execution, in the order it ran them: the n-th
     execution of a job's attempt on a worker (several only after a hand-back)
-    has the n-th line.
+    has the n-th line. A job handed back before its code started (its child
+    died before taking it) logs ``released`` without an execution: where a
+    key has more lines than executions, those lines are the extra ones.
     """
     found: dict[int, Logged] = {}
     seen: Counter[tuple[int, int, str]] = Counter()
+    executions = Counter((run.job_id, run.attempt, run.worker) for run in runs)
     for run in runs:
         key = (run.job_id, run.attempt, run.worker)
-        logged = lines.get(key, [])
+        logged = _without_unstarted(lines.get(key, []), executions[key])
         if seen[key] < len(logged):
             found[run.id] = logged[seen[key]]
         seen[key] += 1
     return found
+
+
+def _without_unstarted(logged: list[Logged], executions: int) -> list[Logged]:
+    """``logged`` less its first ``released`` lines beyond ``executions``: unstarted jobs handed back."""
+    extra = len(logged) - executions
+    kept = []
+    for line in logged:
+        if extra > 0 and line.outcome == "released":
+            extra -= 1
+            continue
+        kept.append(line)
+    return kept
 
 
 def _explain(

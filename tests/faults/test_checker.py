@@ -183,3 +183,18 @@ def test_every_execution_of_a_live_worker_logs_one_outcome_and_only_the_acked_on
     # A killed worker may die before its lines: none is required of it.
     report = check([unlogged.pk], kills={WORKER: time.time()}, logs={WORKER: ""})
     assert report.violations == []
+
+
+def test_a_job_handed_back_before_it_started_then_run_again_passes(queue, claim):
+    job = queue.push("faults.work")
+    unstarted = queue.pull(worker_id=WORKER)  # its child died before taking it: no execution
+    assert unstarted is not None and queue.release(unstarted, worker_id=WORKER)
+    again = claim()  # attempt 1 again, on the same worker, and this time it runs
+    assert again.attempts == 1 and queue.ack(again, worker_id=WORKER)
+    logs = line(again, "released") + line(again, "done")
+    assert check([job.pk], logs={WORKER: logs}).violations == []
+    # The run's own line still has to say done.
+    logs = line(again, "released") + line(again, "released")
+    assert f"job {job.pk}: its acked attempt 1 logged released, not done" in violations(
+        check([job.pk], logs={WORKER: logs})
+    )
