@@ -22,7 +22,6 @@ from typing import Any
 from django.db import connection
 
 from django_jobqueue import enqueue_many
-from django_jobqueue.queue.rows import JOB_COLUMNS
 
 from . import ours
 from .worker import Drain, DrainTimeout, drain, worker_env
@@ -129,14 +128,7 @@ def fill_keyed_copies(count: int, keys: int, seed: int = CHUNK) -> None:
     ours.reset()
     have = min(seed, count)
     fill_keyed(have, key_order(have, keys))
-    columns = ", ".join(column for column in JOB_COLUMNS if column != "id")
-    with connection.cursor() as cursor:
-        while have < count:
-            more = min(have, count - have)
-            copy = f"INSERT INTO {ours.JOB} ({columns}) SELECT {columns} FROM {ours.JOB} LIMIT %s"
-            cursor.execute(copy, [more])
-            have += more
-    ours.analyze()
+    ours.copy_until(count, have)
 
 
 def drain_once(

@@ -76,8 +76,12 @@ def fill(count: int, seed: int = 10_000) -> None:
     """Make ``count`` ready jobs: ``seed`` through ``enqueue_many``, the rest copied from them in SQL."""
     reset()
     enqueue_many([("bench.noop", {"i": i}) for i in range(min(seed, count))])
+    copy_until(count, have=min(seed, count))
+
+
+def copy_until(count: int, have: int) -> None:
+    """Copy the job table's ``have`` rows into itself (their columns but the id) until it holds ``count``."""
     columns = ", ".join(column for column in JOB_COLUMNS if column != "id")
-    have = min(seed, count)
     with connection.cursor() as cursor:
         while have < count:
             more = min(have, count - have)

@@ -152,7 +152,7 @@ def _plain_round(
         flow.short = len(claimed) < round_.limit
         return done, sorted(claimed, key=claim_order)
     sql = update
-    if probe or completions:
+    if probe or completions or round_.synchronous_commit is not None:
         sql = f"WITH claimed AS ({update}) SELECT {JOB_COLUMNS_SQL} FROM claimed"
     if probe:
         sql += f" UNION ALL SELECT {_flow_marker(keyed_seen='1')} WHERE {probe}"
@@ -163,8 +163,6 @@ def _plain_round(
         sql = f"WITH acked AS ({ack_sql}), {sql[5:]} UNION ALL SELECT {_ACKED_COLUMNS_SQL} FROM acked"
         params = ack_params + params
     if round_.synchronous_commit is not None:
-        if not sql.startswith("WITH"):
-            sql = f"WITH claimed AS ({update}) SELECT {JOB_COLUMNS_SQL} FROM claimed"
         # A branch of the same statement, so that the round stays one round trip:
         # the setting holds for the statement's own transaction, and so its commit.
         sql += f" UNION ALL SELECT {_COMMIT_MARKER_SQL} FROM ({engine.commit_mode_sql}) AS commit_mode"
