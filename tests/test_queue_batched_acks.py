@@ -149,3 +149,28 @@ def test_a_stale_ack_in_the_same_batch_lends_nothing_to_the_current_one(queue, j
 
     assert acked == {(new.pk, new.claim_token)}
     assert Job.objects.get(pk=new.pk).result == "from the current claim"
+
+
+# -- the claiming loop's wait for the acks of running jobs ---------------------
+
+
+def test_the_wait_for_acks_ends_with_the_last_one_it_waits_for():
+    import threading
+    import time
+
+    from django_jobqueue.worker.completer import Completer
+
+    completer = Completer(None, "w", lambda: None, lambda jobs: None)  # type: ignore[arg-type]
+    completer.submit(Job(pk=1, claim_token=1), None, lambda outcome, error: None)
+    arrived = threading.Timer(0.05, completer.submit, (Job(pk=2, claim_token=1), None, lambda o, e: None))
+    arrived.start()
+
+    started = time.monotonic()
+    completer.wait_for(2, timeout=5.0)
+    waited = time.monotonic() - started
+
+    assert 0.04 < waited < 2.0  # ended by the second ack, not by the timeout
+    assert [pending.job.pk for pending in completer.take()] == [1, 2]
+    started = time.monotonic()
+    completer.wait_for(1, timeout=0.05)  # nothing comes: the timeout ends it
+    assert time.monotonic() - started >= 0.04

@@ -154,3 +154,38 @@ def test_runworker_without_checks_still_refuses_a_bad_setting() -> None:
     refusal = "refusing to start: JOBQUEUE['WORKER_SYNCHRONOUS_COMMIT'] must be None or one of"
     assert refusal in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+# -- a round's statement is planned once per session --------------------------
+
+
+def plan_cache_mode() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        return str(cursor.fetchone()[0])
+
+
+def test_a_claiming_session_plans_its_prepared_statements_once(postgresql_only, transactional_db):
+    """PostgreSQL would plan the round anew at every run: its generic plan never looks cheap enough."""
+    connection.close()
+    assert plan_cache_mode() == "auto"
+
+    QueueClient().pull(worker_id="w")
+
+    assert plan_cache_mode() == "force_generic_plan"
+
+
+def test_a_claim_inside_a_transaction_leaves_the_session_as_it_was(postgresql_only, transactional_db):
+    # A SET in a transaction that rolls back is undone: it is left for a round outside one.
+    connection.close()
+    with transaction.atomic():
+        QueueClient().pull(worker_id="w")
+        assert plan_cache_mode() == "auto"
+
+
+@override_settings(JOBQUEUE={"PREPARED_STATEMENTS": False})
+def test_unprepared_statements_leave_the_session_as_it_was(postgresql_only, transactional_db):
+    # Behind a pooler in transaction mode the session may be another client's next.
+    connection.close()
+    QueueClient().pull(worker_id="w")
+    assert plan_cache_mode() == "auto"

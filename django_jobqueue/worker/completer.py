@@ -107,6 +107,9 @@ class Completer(Service):
         self.on_batch: Callable[[int], None] | None = None
         self._accepting = True
         self._lock = threading.Lock()
+        # wait_for's: how many waiting acks end its wait (0: nobody waits), and the wake-up.
+        self._wanted = 0
+        self._enough = threading.Event()
 
     def submit(self, job: Job, result: Any, report: Report) -> bool:
         """Queue the ack of ``job`` for the next batch; ``report`` hears how it went once written.
@@ -119,8 +122,21 @@ class Completer(Service):
             if not self._accepting:
                 return False
             self._pending.put(PendingAck(job, result, report))
+            if self._wanted and self._pending.qsize() >= self._wanted:
+                self._enough.set()
         self.on_submitted()
         return True
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        """Wait until ``count`` acks are waiting to be taken, or for ``timeout`` seconds at most."""
+        with self._lock:
+            if self._pending.qsize() >= count:
+                return
+            self._wanted = count
+            self._enough.clear()
+        self._enough.wait(timeout)
+        with self._lock:
+            self._wanted = 0
 
     def take(self) -> list[PendingAck]:
         """Return the acks waiting now (at most ``MAX_BATCH``), for the caller to write and ``settle``."""

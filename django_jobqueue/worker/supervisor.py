@@ -303,13 +303,14 @@ class Supervisor:
             if self.config.max_jobs is not None and self.started >= self.config.max_jobs:
                 self.request_stop(f"max-jobs {self.config.max_jobs} reached")
                 return
-            acks = self.completer.take()
             held = len(self.running)
             self.slots.resize(held)
+            acks = self.completer.take()
             if acks and len(acks) < held:
-                # Other slots are finishing too: a moment's wait lets one commit carry their acks
-                # and claim their slots, instead of the first ack paying a round trip alone.
-                time.sleep(ACK_LINGER)
+                # Other slots are finishing too: a moment's wait, ended by the last running job's
+                # ack, lets one commit carry their acks and claim their slots, instead of the
+                # first ack paying a round trip alone.
+                self.completer.wait_for(held - len(acks), ACK_LINGER)
                 acks += self.completer.take()
             # The slots of the jobs acked in this round are free once it commits.
             free = self.slots.count - held + len(acks)

@@ -20,7 +20,7 @@ from django.db import connections, transaction
 from ...models import Job
 from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
-from ..native import run_bound, run_in_transaction
+from ..native import plan_once, run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
 from .claims import complete_arrays_statement, complete_held_back, complete_many
 from .limited import (
@@ -85,6 +85,8 @@ def claim_round(
     docs/guarantees.md); None leaves the database's own.
     """
     engine = engine_for(connections[using])
+    if engine.supports_bound_cursor:
+        plan_once(using)
     flow = flow if flow is not None else FlowState()
     if limit is None:
         limit = sum(share for _queue, share in queue_limits or [])
