@@ -265,7 +265,9 @@ def main() -> None:
         cursor.execute("SELECT version()")
         version = cursor.fetchone()[0].split(" on ")[0]
         cursor.execute(
-            "SELECT pg_size_pretty(pg_total_relation_size('django_jobqueue_job')), "
+            # The job table's partitions (PostgreSQL keeps finished jobs apart): their sizes summed.
+            "SELECT (SELECT pg_size_pretty(SUM(pg_total_relation_size(relid))) "
+            "FROM pg_partition_tree('django_jobqueue_job')), "
             "pg_size_pretty(pg_total_relation_size('django_jobqueue_deadletter'))"
         )
         job_size, dead_size = cursor.fetchone()

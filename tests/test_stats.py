@@ -39,6 +39,25 @@ def test_distinct_values_skip_through_an_index(queue):
     assert stats.distinct_values(DeadLetter, "queue", "default") == []
 
 
+def test_distinct_values_find_every_kind_of_job(queue):
+    """Done, cancelled, ready (keyed or not), running and waiting jobs each offer their queue and name.
+
+    On PostgreSQL the live jobs have no index on either: each kind is read its own way.
+    """
+    queue.push("job.done", {}, queue="q-done")
+    queue.ack(queue.pull(worker_id="w"), worker_id="w")
+    queue.cancel(queue.push("job.cancelled", {}, queue="q-cancelled"))
+    queue.push("job.running", {}, queue="q-running")
+    queue.pull("q-running", worker_id="w")
+    queue.push("job.ready", {}, queue="q-ready")
+    queue.push("job.keyed", {}, queue="q-keyed", concurrency_key="k", concurrency_limit=1)
+    first = queue.push("job.first", {}, queue="q-first")
+    queue.push("job.waiting", {}, queue="q-waiting", depends_on=[first])
+    kinds = ["done", "cancelled", "running", "ready", "keyed", "first", "waiting"]
+    assert stats.distinct_values(Job, "queue", "default") == sorted(f"q-{kind}" for kind in kinds)
+    assert stats.distinct_values(Job, "name", "default") == sorted(f"job.{kind}" for kind in kinds)
+
+
 def test_the_last_hour_counts_each_minute_by_the_database_clock(queue):
     for _ in range(3):
         queue.push("tests.noop", {})

@@ -18,7 +18,9 @@ from django_jobqueue.worker.outcomes import Outcome
 REFUSED = "tests.unrecorded.refused"
 
 # A write the database refuses every time, as a constraint or a trigger of the
-# project's own might: the job's status change is turned down.
+# project's own might: the job's status change is turned down. On PostgreSQL a
+# job that finishes moves to the finished jobs' partition (an insert there), and
+# one that goes back to ready is updated in place.
 TRIGGERS = {
     "postgresql": [
         "CREATE FUNCTION jq_test_refuse() RETURNS trigger AS $$ "
@@ -26,6 +28,8 @@ TRIGGERS = {
         "CREATE TRIGGER jq_test_refuse BEFORE UPDATE ON django_jobqueue_job FOR EACH ROW "
         f"WHEN (NEW.name = '{REFUSED}' AND OLD.status = 'running' AND NEW.status <> 'running') "
         "EXECUTE FUNCTION jq_test_refuse()",
+        "CREATE TRIGGER jq_test_refuse_finish BEFORE INSERT ON django_jobqueue_job_finished FOR EACH ROW "
+        f"WHEN (NEW.name = '{REFUSED}') EXECUTE FUNCTION jq_test_refuse()",
     ],
     "sqlite": [
         "CREATE TRIGGER jq_test_refuse BEFORE UPDATE ON django_jobqueue_job FOR EACH ROW "
@@ -36,6 +40,7 @@ TRIGGERS = {
 DROPS = {
     "postgresql": [
         "DROP TRIGGER IF EXISTS jq_test_refuse ON django_jobqueue_job",
+        "DROP TRIGGER IF EXISTS jq_test_refuse_finish ON django_jobqueue_job_finished",
         "DROP FUNCTION IF EXISTS jq_test_refuse()",
     ],
     "sqlite": ["DROP TRIGGER IF EXISTS jq_test_refuse"],

@@ -58,43 +58,6 @@ def bound_cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     return wrap_driver_cursor(connection, cursor)
 
 
-# The psycopg connections whose session plans prepared statements once (``plan_once``).
-_planned_once: weakref.WeakSet[Any] = weakref.WeakSet()
-PLAN_ONCE = "SET plan_cache_mode = force_generic_plan"
-
-
-def plan_once(using: str) -> None:
-    """Have the session of ``using`` plan each prepared statement once, not at every run.
-
-    PostgreSQL plans a prepared statement's first five runs for their own
-    parameters, then keeps planning each run anew unless its plan for any
-    parameters is estimated no dearer. A worker's round never passes that test
-    (its ``LIMIT`` and arrays are unknown to a plan made once), so it was
-    planned at every round: over a millisecond of the database's time for a
-    statement that runs in about as much, on a table of many partial indexes.
-    A worker's rounds run the same statement thousands of times a minute, on
-    the same index whatever the parameters, so the plan made once serves every
-    run.
-
-    Set on the worker's own sessions that run rounds, once each, and only
-    outside a transaction (a ``SET`` rolled back would be lost silently); not
-    where statements are not prepared (``PREPARED_STATEMENTS = False``, behind a
-    pooler in transaction mode), where a session setting could reach another
-    client's transactions.
-    """
-    if jobqueue_settings.PREPARED_STATEMENTS is False:
-        return
-    connection = connections[using]
-    if connection.in_atomic_block or not connection.get_autocommit():
-        return
-    driver = driver_connection(connection)
-    if driver in _planned_once:
-        return
-    with connection.wrap_database_errors:
-        driver.execute(PLAN_ONCE)
-    _planned_once.add(driver)
-
-
 def fetch_rows(connection: BaseDatabaseWrapper, cursor: CursorWrapper) -> list[Any]:
     """The rows of the statement just run on ``cursor``.
 

@@ -42,6 +42,10 @@ class Engine:
     # (an atomic job's) blocks no other writer of other rows. Without it, one open write
     # transaction holds the whole database's write lock until it ends.
     supports_concurrent_writers: bool = False
+    # The job table is partitioned by status (migration 0011): live jobs and finished ones
+    # apart, each with only the indexes read there. A change between the two moves the row
+    # (``ops/moves.py``); new jobs that a unique key may keep out go straight to the live one.
+    finished_jobs_apart: bool = False
 
     # -- SQL fragments -----------------------------------------------------------
 
@@ -55,6 +59,8 @@ class Engine:
     for_share: str = ""
     # A number parameter that may be None: a server that infers parameter types needs a cast.
     nullable_float: str = "%s"
+    # A JSON text parameter (or None) where a column's type does not say what it is (a SELECT list).
+    json_param: str = "%s"
     # The time at this moment, not at the transaction's start: a rate limit's ledger
     # is written and counted by it after the claim waited for the flow lock.
     clock: str = ""

@@ -1,4 +1,4 @@
-"""PostgreSQL: row locks that skip, LISTEN/NOTIFY, COPY, arrays and psycopg's own cursor."""
+"""PostgreSQL: row locks that skip, LISTEN/NOTIFY, COPY, arrays, psycopg's own cursor, partitions."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class PostgreSQLEngine(Engine):
     supports_pipeline = True
     supports_json_object_agg = True
     supports_concurrent_writers = True
+    finished_jobs_apart = True
 
     now = "now()"
     clock = "clock_timestamp()"
@@ -35,6 +36,7 @@ class PostgreSQLEngine(Engine):
     for_share = "FOR SHARE"
     # psycopg's server-side binding sends None untyped.
     nullable_float = "CAST(%s AS double precision)"
+    json_param = "CAST(%s AS jsonb)"
     now_plus_template = "(now() + ({seconds}) * interval '1 second')"
     json_push_template = "({column} || jsonb_build_array(({value})::text))"
     json_pop_template = "({column} - (-1))"

@@ -18,6 +18,7 @@ from . import history
 from .batches import Counts, record_outcomes
 from .dead_letters import move_to_dead_letters
 from .dependencies import release_dependents
+from .moves import Change, transition, transition_cte
 from .tables import HELD_BY, JOB, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine, marks
 
 # -- completions ---------------------------------------------------------------
@@ -34,23 +35,26 @@ def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> b
     """
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
-    cursor.execute(
-        _done(engine, f"{where} AND {NO_DEPENDENTS}", keep), [result_json, *params] if keep else params
-    )
-    if cursor.rowcount == 1:
+    cursor.execute(*_done(engine, f"{where} AND {NO_DEPENDENTS}", params, result_json, keep, "id"))
+    if cursor.fetchall():
         return True
     return bool(complete_releasing(using, [(fence, result_json)], keep))
 
 
-def _done(engine: Engine, where: str, keep: bool, returning: str = "") -> str:
-    """The ack's statement for the claims ``where`` names: done and kept (its first
-    parameter the result), or deleted with ``KEEP_COMPLETED = 0``."""
-    if keep:
-        return (
-            f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, "
-            f"locked_until = NULL, result = %s WHERE {where} {returning}"
-        )
-    return f"DELETE FROM {JOB} WHERE {where} {returning}"
+def _done(
+    engine: Engine, where: str, params: list[Any], result_json: str | None, keep: bool, returning: str
+) -> tuple[str, list[Any]]:
+    """The ack's statement for the claims ``where`` names: done and kept with ``result_json``,
+    or deleted with ``KEEP_COMPLETED = 0``; each row acked returns ``returning``."""
+    if not keep:
+        return f"DELETE FROM {JOB} WHERE {where} RETURNING {returning}", params
+    done = Change({**_done_columns(engine), "result": engine.json_param}, {"result": [result_json]})
+    return transition(engine, done, where, params, returning)
+
+
+def _done_columns(engine: Engine) -> dict[str, str]:
+    """A job's columns once acked and kept, but its result, which comes with each ack."""
+    return {"status": "'done'", "finished_at": engine.now, "locked_until": "NULL"}
 
 
 def complete_releasing(
@@ -68,8 +72,9 @@ def complete_releasing(
         releasing: list[int] = []
         for fence, result_json in acks:
             where, params = fence.where()
-            returning = "RETURNING id, claim_token, has_dependents"
-            cursor.execute(_done(engine, where, keep, returning), [result_json, *params] if keep else params)
+            cursor.execute(
+                *_done(engine, where, params, result_json, keep, "id, claim_token, has_dependents")
+            )
             row = cursor.fetchone()
             if row is not None:
                 done.add((row[0], row[1]))
@@ -96,7 +101,9 @@ def complete_held_back(
         releasing: list[int] = []
         for chunk in batched(rest, ROWS_PER_STATEMENT):
             if engine.supports_array_params:
-                rows = run_bound(using, *complete_arrays_statement(worker_id, chunk, keep, plain=False))
+                rows = run_bound(
+                    using, *complete_arrays_statement(engine, worker_id, chunk, keep, plain=False)
+                )
             else:
                 rows = _ack_values(cursor, engine, worker_id, chunk, keep, plain=False)
             for job_id, token, has_dependents in rows:
@@ -116,9 +123,8 @@ def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bo
     """
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
-    returning = "RETURNING id, batch_id, has_dependents"
     with transaction.atomic(using=using):
-        cursor.execute(_done(engine, where, keep, returning), [result_json, *params] if keep else params)
+        cursor.execute(*_done(engine, where, params, result_json, keep, "id, batch_id, has_dependents"))
         row = cursor.fetchone()
         if row is None:
             return False
@@ -142,8 +148,9 @@ def complete_many(
     """
     if not completions:
         return set()
-    if engine_for(connections[using]).supports_array_params:
-        sql, params = complete_arrays_statement(worker_id, completions, keep)
+    engine = engine_for(connections[using])
+    if engine.supports_array_params:
+        sql, params = complete_arrays_statement(engine, worker_id, completions, keep)
         acked = {(row[0], row[1]) for row in run_bound(using, sql, params)}
         return acked | complete_held_back(using, worker_id, completions, acked, keep)
     cursor, engine = cursor_and_engine(using)
@@ -183,45 +190,66 @@ def _ack_values(
             whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
             result_sql = f"CASE {whens} END"
             result_params = [value for completion in results for value in completion]
-        cursor.execute(
-            f"UPDATE {JOB} SET status = 'done', finished_at = {engine.now}, locked_until = NULL, "
-            f"result = {result_sql} WHERE {fence} RETURNING {returning}",
-            [*result_params, *fence_params],
-        )
+        done = Change({**_done_columns(engine), "result": result_sql}, {"result": result_params})
+        cursor.execute(*transition(engine, done, fence, fence_params, returning))
     else:
         cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING {returning}", fence_params)
     return list(cursor.fetchall())
 
 
 def complete_arrays_statement(
-    worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool, plain: bool = True
+    engine: Engine,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    plain: bool = True,
 ) -> tuple[str, list[Any]]:
     """``complete_many``'s statement where the engine takes arrays: the batch as three, however long it is.
 
     ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
     ``complete_held_back`` that acks jobs with dependents too and says which.
+    Its rows are ``complete_arrays_cte``'s.
+    """
+    cte, params = complete_arrays_cte(engine, worker_id, completions, keep, plain)
+    return f"WITH {cte} SELECT * FROM acked", params
+
+
+def complete_arrays_cte(
+    engine: Engine,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    plain: bool = True,
+) -> tuple[str, list[Any]]:
+    """``complete_arrays_statement`` as ``WITH`` items ending in ``acked``: one row per claim acked,
+    its ``id, claim_token`` (and, unless ``plain``, ``has_dependents``).
+
+    A worker's round puts them before its claim, in one statement.
     """
     ids = [job_id for job_id, _token, _result in completions]
     tokens = [token for _job_id, token, _result in completions]
     # Unqualified: the acks' columns are id, claim_token and result alone.
     # The caller hands what it leaves out to ``complete_held_back``.
     fence = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    where = f"{JOB}.id = acks.id AND {JOB}.claim_token = acks.claim_token AND {fence}"
     returning = f"{JOB}.id, {JOB}.claim_token" + ("" if plain else f", {JOB}.has_dependents")
-    if keep:
-        # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
+    if not keep:
         sql = (
-            f"UPDATE {JOB} SET status = 'done', finished_at = now(), locked_until = NULL, "
-            "result = acks.result FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) "
-            f"AS acks(id, claim_token, result) WHERE {JOB}.id = acks.id "
-            f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {returning}"
+            f"acked AS (DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
+            f"WHERE {where} RETURNING {returning})"
         )
-        return sql, [ids, tokens, [result for _job_id, _token, result in completions], worker_id]
-    sql = (
-        f"DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
-        f"WHERE {JOB}.id = acks.id "
-        f"AND {JOB}.claim_token = acks.claim_token AND {fence} RETURNING {returning}"
+        return sql, [ids, tokens, worker_id]
+    # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
+    results = [result for _job_id, _token, result in completions]
+    joined = "unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS acks(id, claim_token, result)"
+    moved = engine.finished_jobs_apart
+    done = Change(
+        {**_done_columns(engine), "result": "ack_result" if moved else "acks.result"},
+        joined=joined,
+        joined_params=[ids, tokens, results],
+        carried="acks.result AS ack_result" if moved else "",
     )
-    return sql, [ids, tokens, worker_id]
+    return transition_cte(engine, "acked", done, where, [worker_id], returning)
 
 
 def retry_later(

@@ -22,7 +22,7 @@ from ..engines import engine_for
 from ..native import bound_cursor
 from ..rows import datetime_as_read, jobs_from_values
 from .enqueue import inserted_values, with_trace_context
-from .tables import JOB, NOTIFY_CHANNEL, NOTIFY_QUEUES, NewJob
+from .tables import JOB, NOTIFY_CHANNEL, NOTIFY_QUEUES, NewJob, new_jobs_table
 
 
 def writes_by_copy(using: str, count: int) -> bool:
@@ -64,9 +64,10 @@ _TRACED_COPY_COLUMNS = (*_COPY_COLUMNS, ("trace_context", "bytea"))
 
 
 def _copy_sql(columns: Sequence[tuple[str, str]]) -> str:
-    return f"COPY {JOB} ({', '.join(column for column, _ in columns)}) FROM STDIN (FORMAT BINARY)"
+    return f"COPY {{table}} ({', '.join(column for column, _ in columns)}) FROM STDIN (FORMAT BINARY)"
 
 
+# Templates: the table is the engine's (``tables.new_jobs_table``).
 _COPY_SQL, _TRACED_COPY_SQL = _copy_sql(_COPY_COLUMNS), _copy_sql(_TRACED_COPY_COLUMNS)
 _COPY_TYPES = [kind for _, kind in _COPY_COLUMNS]
 _TRACED_COPY_TYPES = [kind for _, kind in _TRACED_COPY_COLUMNS]
@@ -111,6 +112,7 @@ def copy_jobs(
         clock = _BatchClock(connection, now)
         queues: set[str] = set()
         sql, types, write = _copy_of(trace_context)
+        sql = sql.format(table=new_jobs_table(engine_for(connection)))
         with _logged(cursor, sql), connection.wrap_database_errors, cursor.copy(sql) as copy:
             copy.set_types(types)
             rows = _copied_rows(write(copy.write_row), clock, ids, new_jobs, queues)

@@ -32,6 +32,7 @@ from django.db import transaction
 from ...exceptions import DependencyError
 from ...models import Dependency, Job
 from .enqueue import insert_jobs
+from .moves import Change, transition
 from .tables import (
     DEAD,
     JOB,
@@ -191,11 +192,9 @@ def cancel_dependents(using: str, job_ids: Sequence[int]) -> list[tuple[int, str
             dependents.update(row[0] for row in cursor.fetchall())
         frontier = []
         for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
-            cursor.execute(
-                f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now} "
-                f"WHERE id IN ({marks(chunk)}) AND status = 'waiting' RETURNING id, name, queue, batch_id",
-                list(chunk),
-            )
+            cancel = Change({"status": "'cancelled'", "finished_at": engine.now})
+            where = f"id IN ({marks(chunk)}) AND status = 'waiting'"
+            cursor.execute(*transition(engine, cancel, where, list(chunk), "id, name, queue, batch_id"))
             rows = cursor.fetchall()
             cancelled += [(row[0], row[1], row[2], row[3]) for row in rows]
             frontier += [row[0] for row in rows]

@@ -35,6 +35,7 @@ from .tables import (
     NewJob,
     batched,
     cursor_and_engine,
+    new_jobs_table,
 )
 
 
@@ -116,7 +117,7 @@ def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool, tr
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
     notify = NOTIFY_RETURNING if engine.supports_listen_notify else ""
     return (
-        f"INSERT INTO {JOB} ({columns}) VALUES {rows_sql} {on_conflict} "
+        f"INSERT INTO {new_jobs_table(engine)} ({columns}) VALUES {rows_sql} {on_conflict} "
         f"RETURNING {_INSERTED_RETURNING}{notify}"
     )
 
@@ -144,8 +145,9 @@ def _insert_arrays(
     # A traced chunk's trace context is one parameter: every row stores the same.
     traced = trace_context is not None
     trace_params = [json.dumps(trace_context)] if traced else []
+    table = new_jobs_table(engine_for(connection))
     cursor.execute(
-        f"INSERT INTO {JOB} ({INSERT_COLUMNS}{TRACE_COLUMN if traced else ''}) "
+        f"INSERT INTO {table} ({INSERT_COLUMNS}{TRACE_COLUMN if traced else ''}) "
         "SELECT u.name, u.queue, u.payload, u.priority, 'ready', 0, u.max_attempts, u.visibility_timeout, "
         "u.timeout, u.concurrency_key, u.concurrency_limit, "
         "COALESCE(u.run_at, now() + u.delay * interval '1 second'), 0, u.unique_key, '', '', "

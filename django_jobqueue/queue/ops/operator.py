@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from . import history
 from .batches import Counts, record_outcomes, tally
 from .dependencies import cancel_dependents, forget_waits_of
+from .moves import Change, in_place, transition
 from .tables import JOB, LIVE, UNFINISHED, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
@@ -44,22 +45,34 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
         f"unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {JOB} AS holder "
         f"WHERE holder.unique_key = {JOB}.unique_key AND holder.status IN {LIVE})"
     )
+    # Each column as the run makes it; a cancelled job starts its attempts again.
+    run_now = Change(
+        {
+            "status": "'ready'",
+            "run_at": f"CASE WHEN run_at > {now} THEN {now} ELSE run_at END",
+            "attempts": "CASE WHEN status = 'cancelled' THEN 0 ELSE attempts END",
+            "locked_by": "NULL",
+            "locked_until": "NULL",
+            "finished_at": "NULL",
+        }
+    )
+    ids = list(job_ids)
     try:
         # A savepoint: a unique-key conflict leaves the caller's transaction usable.
         with transaction.atomic(using=using):
-            cursor.execute(cancelled_sql, list(job_ids))
+            cursor.execute(cancelled_sql, ids)
             batch_of = dict(cursor.fetchall())
-            cursor.execute(
-                f"UPDATE {JOB} SET status = 'ready', "
-                f"run_at = CASE WHEN run_at > {now} THEN {now} ELSE run_at END, "
-                "attempts = CASE WHEN status = 'cancelled' THEN 0 ELSE attempts END, "
-                "locked_by = NULL, locked_until = NULL, finished_at = NULL "
-                f"WHERE id IN ({marks(job_ids)}) "
-                f"AND (status = 'ready' OR (status = 'cancelled' AND ({key_is_free}))) "
-                "RETURNING id, name, queue",
-                list(job_ids),
-            )
-            changed = [JobChange(*row) for row in sorted(cursor.fetchall())]
+            # Ready jobs stay live; cancelled ones come back from the finished jobs.
+            ready = f"id IN ({marks(ids)}) AND status = 'ready'"
+            cancelled = f"id IN ({marks(ids)}) AND status = 'cancelled' AND ({key_is_free})"
+            changed_rows = []
+            for sql, params in (
+                in_place(run_now, ready, ids, "id, name, queue"),
+                transition(engine, run_now, cancelled, ids, "id, name, queue", to_finished=False),
+            ):
+                cursor.execute(sql, params)
+                changed_rows += cursor.fetchall()
+            changed = [JobChange(*row) for row in sorted(changed_rows)]
             notify_queues(using, [change.queue for change in changed])
             revived = tally((batch_of.get(change.job_id), Counts(cancelled=-1)) for change in changed)
             if revived:
@@ -94,14 +107,24 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
         attempts = f"CASE WHEN status = 'running' THEN {ended} ELSE attempt_history END"
         # A running job keeps its owner and a ready one has none (every way back
         # to ready clears it; the CASE makes sure): the owner returned after the
-        # update tells which jobs were running, in this one statement on every database.
+        # change tells which jobs were running, in this one statement on every database.
+        cancel = Change(
+            {
+                "status": "'cancelled'",
+                "finished_at": engine.now,
+                "locked_until": "NULL",
+                "locked_by": "CASE WHEN status = 'running' THEN locked_by END",
+                "attempt_history": attempts,
+            }
+        )
         cursor.execute(
-            f"UPDATE {JOB} SET status = 'cancelled', finished_at = {engine.now}, locked_until = NULL, "
-            "locked_by = CASE WHEN status = 'running' THEN locked_by END, "
-            f"attempt_history = {attempts} "
-            f"WHERE id IN ({marks(job_ids)}) AND status IN {UNFINISHED} "
-            "RETURNING id, name, queue, locked_by IS NOT NULL, batch_id",
-            list(job_ids),
+            *transition(
+                engine,
+                cancel,
+                f"id IN ({marks(job_ids)}) AND status IN {UNFINISHED}",
+                list(job_ids),
+                "id, name, queue, locked_by IS NOT NULL, batch_id",
+            )
         )
         rows = sorted(cursor.fetchall())
         changed = [JobChange(job_id, name, queue, bool(running)) for job_id, name, queue, running, _ in rows]

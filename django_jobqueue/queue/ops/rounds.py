@@ -20,9 +20,9 @@ from django.db import connections, transaction
 from ...models import Job
 from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
-from ..native import plan_once, run_bound, run_in_transaction
+from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
-from .claims import complete_arrays_statement, complete_held_back, complete_many
+from .claims import complete_arrays_cte, complete_arrays_statement, complete_held_back, complete_many
 from .limited import (
     KEYED_SEEN,
     NOT_PAUSED_ROW,
@@ -85,8 +85,6 @@ def claim_round(
     docs/guarantees.md); None leaves the database's own.
     """
     engine = engine_for(connections[using])
-    if engine.supports_bound_cursor:
-        plan_once(using)
     flow = flow if flow is not None else FlowState()
     if limit is None:
         limit = sum(share for _queue, share in queue_limits or [])
@@ -141,7 +139,7 @@ def _plain_round(
     update, update_params = _claim_update(engine, round_, picked)
     params = update_params + params
     probe, probe_params = _keyed_probe(engine, round_.queue_limits) if flow.probe_due() else ("", [])
-    # The one-statement round writes its acks as arrays (``complete_arrays_statement``).
+    # The one-statement round writes its acks as arrays (``complete_arrays_cte``).
     if not (engine.supports_data_modifying_cte and engine.supports_array_params):
         with transaction.atomic(using=using) if completions else nullcontext():
             done = complete_many(using, round_.worker_id, completions, keep)
@@ -161,8 +159,8 @@ def _plain_round(
         params += probe_params
     if completions:
         # One statement for both, one result set: the claimed rows, then a row per ack marked by its status.
-        ack_sql, ack_params = complete_arrays_statement(round_.worker_id, completions, keep)
-        sql = f"WITH acked AS ({ack_sql}), {sql[5:]} UNION ALL SELECT {_ACKED_COLUMNS_SQL} FROM acked"
+        ack_sql, ack_params = complete_arrays_cte(engine, round_.worker_id, completions, keep)
+        sql = f"WITH {ack_sql}, {sql[5:]} UNION ALL SELECT {_ACKED_COLUMNS_SQL} FROM acked"
         params = ack_params + params
     if round_.synchronous_commit is not None:
         # A branch of the same statement, so that the round stays one round trip:
@@ -218,7 +216,7 @@ def _limited_round(
             statements.append((engine.commit_mode_sql, [round_.synchronous_commit]))
         acks_at = len(statements)
         if completions:
-            statements.append(complete_arrays_statement(round_.worker_id, completions, keep))
+            statements.append(complete_arrays_statement(engine, round_.worker_id, completions, keep))
         statements.append((sql, sql_params))
         results = run_in_transaction(using, statements)
         acked = {(row[0], row[1]) for row in results[acks_at]} if completions else set()
@@ -329,7 +327,17 @@ def _plain_picked(
     limits: Mapping[str, QueueLimits],
     columns: str = "id, priority, run_at",
 ) -> tuple[str, list[Any]]:
-    """A SELECT of ``columns`` of the jobs no limit applies to that a round may claim."""
+    """A SELECT of ``columns`` of the jobs no limit applies to that a round may claim.
+
+    Its ``LIMIT`` counts are written into the SQL, not passed as parameters.
+    PostgreSQL plans a prepared statement for its parameters at each of its
+    first five runs, then keeps that plan made once for any parameters only if
+    it looks no dearer; with the count unknown, it takes a tenth of every ready
+    job to be read, and the round's statement was planned anew at every run:
+    over a millisecond of the database's time, as much as the round itself.
+    With the count written in, one statement is prepared per count a worker
+    asks for (a few: its free slots), each planned once.
+    """
     due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
     params: list[Any] = []
     if queue_limits is None:
@@ -338,23 +346,24 @@ def _plain_picked(
         params += list(limits)
         sql = (
             f"SELECT {columns} FROM {JOB} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT %s {engine.skip_locked}"
+            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked}"
         )
-        return sql, [*params, limit]
+        return sql, params
     branches = []
     for queue, queue_limit in queue_limits:
         if queue in limits:
             continue
         branches.append(
             f"SELECT * FROM (SELECT id, priority, run_at FROM {JOB} WHERE {due} AND queue = %s "
-            f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT %s {engine.skip_locked}) AS branch"
+            f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} {engine.skip_locked}) "
+            "AS branch"
         )
-        params += [queue, queue, queue_limit]
+        params += [queue, queue]
     if not branches:
         return f"SELECT {columns} FROM {JOB} WHERE 1 = 0", []
     union = " UNION ALL ".join(branches)
-    sql = f"SELECT {columns} FROM ({union}) AS picked ORDER BY {CLAIM_ORDER} LIMIT %s"
-    return sql, [*params, limit]
+    sql = f"SELECT {columns} FROM ({union}) AS picked ORDER BY {CLAIM_ORDER} LIMIT {int(limit)}"
+    return sql, params
 
 
 def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, list[Any]]:

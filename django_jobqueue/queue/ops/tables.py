@@ -17,6 +17,10 @@ from ...models import DeadLetter, Job, Worker
 from ..engines import Engine, engine_for
 
 JOB = Job._meta.db_table
+# Where the engine keeps finished jobs apart (``Engine.finished_jobs_apart``), the job
+# table's partitions: ready, running and waiting jobs; done and cancelled ones.
+LIVE_JOBS = f"{JOB}_live"
+FINISHED_JOBS = f"{JOB}_finished"
 DEAD = DeadLetter._meta.db_table
 WORKER = Worker._meta.db_table
 LIVE = "('ready', 'running')"
@@ -87,6 +91,16 @@ class Fence:
             sql += " AND claim_token = %s"
             params.append(self.claim_token)
         return sql, params
+
+
+def new_jobs_table(engine: Engine) -> str:
+    """The table new jobs are inserted into: the live jobs' partition where finished ones are apart.
+
+    Its unique index on live jobs' keys is what an insert's ``ON CONFLICT``
+    names (a partitioned table has no index of its own that could), and the
+    rows skip the routing of an insert through the partitioned table.
+    """
+    return LIVE_JOBS if engine.finished_jobs_apart else JOB
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
