@@ -5,11 +5,12 @@
 ``django_jobqueue_job_finished`` the done and cancelled ones. ``Job`` is
 unchanged: the ORM and every query see one table.
 
-The admin's indexes of the whole table by queue and by name become the
-finished partition's alone, and the live unique key's the live partition's.
-A new job so enters three indexes instead of five, a claim writes two
-entries instead of four, and the admin's indexes are written once per job,
-when it finishes (docs/performance.md, "The job table").
+Each index lives where its rows are (``LIVE_ONLY``, ``FINISHED_ONLY``):
+the admin's indexes of the whole table by queue and by name become the
+finished partition's alone. A new job so enters three indexes instead of
+five, a claim writes two entries instead of four, and the admin's indexes
+are written once per job, when it finishes (docs/performance.md, "The job
+table").
 
 The rows are copied into the new table, keeping their ids, and the id
 sequence goes on from where it was: a dead letter's ``job_id`` and a
@@ -27,16 +28,28 @@ from django.db.models import Model, UniqueConstraint
 
 LIVE_STATUSES = ("ready", "running", "waiting")
 FINISHED_STATUSES = ("done", "cancelled")
-# The indexes that only one partition has. Every other index is the parent's, and
-# so each partition's; a partial one whose rows are all in one partition (the
-# claim's, the running jobs', the finished jobs') stays empty in the other, at
-# no cost, and lets a query that names both kinds of rows (the admin's search)
-# be served by indexes in each. The admin's lists by queue and by name are the
-# finished jobs' alone: on the live jobs they would cost each enqueue and each
-# claim an entry. A unique index must name the partition key to be the
-# parent's: the live jobs' unique key is the live partition's own.
-LIVE_ONLY = frozenset({"jobqueue_live_unique_key"})
-FINISHED_ONLY = frozenset({"jobqueue_queue_id_idx", "jobqueue_name_id_idx"})
+# Each index is where its rows are. The claim's, the running and waiting jobs'
+# and the live unique key's are the live partition's; the admin's lists by
+# queue and by name, the finished and cancelled jobs' the finished
+# partition's. The unique key's and the batch's are on both, and so are the
+# keyed jobs' by key: empty among finished jobs (at no cost), they let the
+# admin's search (a name, a unique key, a ready or running job's key, an id)
+# read the finished jobs through indexes alone. On the live jobs, the admin's
+# indexes would cost each enqueue and each claim an entry.
+LIVE_ONLY = frozenset(
+    {
+        "jobqueue_claim_idx",
+        "jobqueue_claim_any_idx",
+        "jobqueue_keyed_claim_idx",
+        "jobqueue_keyed_queue_idx",
+        "jobqueue_running_idx",
+        "jobqueue_waiting_idx",
+        "jobqueue_live_unique_key",
+    }
+)
+FINISHED_ONLY = frozenset(
+    {"jobqueue_queue_id_idx", "jobqueue_name_id_idx", "jobqueue_finished_idx", "jobqueue_cancelled_idx"}
+)
 # Migration 0004's storage parameters: the live partition is the one its reasons are about.
 LIVE_STORAGE = {
     "fillfactor": "80",
