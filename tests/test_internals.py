@@ -24,6 +24,8 @@ from django.test.utils import CaptureQueriesContext
 from django_jobqueue.models import Job
 from django_jobqueue.queue import internals, validation
 from django_jobqueue.queue.native import bound_cursor, fetch_rows
+from django_jobqueue.queue.ops.enqueue import NewJobBuilder, inserted_values, with_trace_context
+from django_jobqueue.queue.ops.tables import NewJob
 from django_jobqueue.queue.rows import JOB_FIELDS, jobs_from_values, loaded_job
 
 
@@ -281,3 +283,46 @@ def test_psycopg_reads_timestamps_in_the_orms_time_zone(pg_cursor):
         "psycopg's timestamptz loader or BaseDatabaseWrapper.timezone",
         "every claimed row's timestamps are converted again (correct, but slower)",
     )
+
+
+def test_a_copy_dumps_bytea_with_the_c_dumper_for_bytes(pg_cursor):
+    import psycopg
+
+    adapters = internals.driver_cursor(pg_cursor).adapters
+    by_oid = adapters.get_dumper_by_oid(adapters.types["bytea"].oid, psycopg.pq.Format.BINARY)
+    assert by_oid is adapters.get_dumper(bytes, psycopg.adapt.PyFormat.BINARY), changed(
+        "psycopg's AdaptersMap (the last dumper registered for an oid is the one a COPY by type uses)",
+        "each payload of a batch enqueue goes through the DB-API Binary dumper's Python code (slower)",
+    )
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_new_job_built_from_its_batch_template_is_the_one_its_values_make(traced):
+    new = NewJob(
+        name="tests.noop",
+        queue="q",
+        payload_json='{"a": [1, 2]}',
+        priority=5,
+        max_attempts=3,
+        visibility_timeout=12.5,
+        timeout=9.0,
+        run_at=None,
+        delay=0.0,
+        unique_key=None,
+        task_backend="tasks",
+        concurrency_key="k",
+        concurrency_limit=2,
+    )
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    shared = {"status": "ready", "created_at": now}
+    trace = {"traceparent": "00-1-2-01"} if traced else None
+    builder = NewJobBuilder("default", shared, trace)
+    first, second = builder.build(new, 7, now), builder.build(new._replace(payload={"b": 1}), 8, now)
+    values = [inserted_values(new, 7, now), inserted_values(new._replace(payload={"b": 1}), 8, now)]
+    expected = jobs_from_values("default", with_trace_context(values, trace), shared)
+    for built, wanted in zip((first, second), expected, strict=True):
+        assert_loaded_as_orm_loads(built, "default")
+        assert {a: getattr(built, a) for a in ATTNAMES} == {a: getattr(wanted, a) for a in ATTNAMES}
+    # Each job its own lists and payload.
+    assert first.worker_ids is not second.worker_ids and first.attempt_history is not second.attempt_history
+    assert first.payload is not second.payload

@@ -142,7 +142,7 @@ def _default_maker(field: models.Field[Any, Any]) -> Callable[[], Any] | None:
 _NEW_JOB_TEMPLATE = [field.get_default() for field in JOB_FIELDS]
 _NEW_JOB_FRESH = [(index, make) for index, f in enumerate(JOB_FIELDS) if (make := _default_maker(f))]
 _ATTNAME_INDEX = {attname: index for index, attname in enumerate(_JOB_ATTNAMES)}
-_NEW_JOB_DEFAULTS = dict(zip(_JOB_ATTNAMES, _NEW_JOB_TEMPLATE, strict=True))
+NEW_JOB_DEFAULTS = dict(zip(_JOB_ATTNAMES, _NEW_JOB_TEMPLATE, strict=True))
 # What get_default() calls for a callable default (dict, list), called directly.
 _NEW_JOB_FRESH_BY_NAME = [(f.attname, f.default) for f in JOB_FIELDS if _default_maker(f)]
 
@@ -165,7 +165,7 @@ def jobs_from_values(
     shared = shared or {}
     if init_signals_listened(Job):
         return [loaded_job(using, _full_row({**shared, **values})) for values in rows]
-    template = {**_NEW_JOB_DEFAULTS, **shared}
+    template = {**NEW_JOB_DEFAULTS, **shared}
     fresh = [(attname, make) for attname, make in _NEW_JOB_FRESH_BY_NAME if attname not in shared]
     jobs = []
     for values in rows:

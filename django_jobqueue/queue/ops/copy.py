@@ -8,7 +8,7 @@ INSERT path (``enqueue.py``) writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,8 +20,8 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from ...models import Job
 from ..engines import engine_for
 from ..native import bound_cursor
-from ..rows import datetime_as_read, jobs_from_values
-from .enqueue import inserted_values, with_trace_context
+from ..rows import datetime_as_read
+from .enqueue import NewJobBuilder
 from .tables import JOB, NOTIFY_CHANNEL, NOTIFY_QUEUES, NewJob, new_jobs_table
 
 
@@ -113,15 +113,11 @@ def copy_jobs(
         queues: set[str] = set()
         sql, types, write = _copy_of(trace_context)
         sql = sql.format(table=new_jobs_table(engine_for(connection)))
+        builder = NewJobBuilder(using, {"status": "ready", "created_at": clock.as_read(now)}, trace_context)
         with _logged(cursor, sql), connection.wrap_database_errors, cursor.copy(sql) as copy:
             copy.set_types(types)
-            rows = _copied_rows(write(copy.write_row), clock, ids, new_jobs, queues)
             # Each Job is built as its row leaves, while the server stores the rows before it.
-            jobs = jobs_from_values(
-                using,
-                with_trace_context(rows, trace_context),
-                {"status": "ready", "created_at": clock.as_read(now)},
-            )
+            jobs = _copied_jobs(write(copy.write_row), clock, ids, new_jobs, queues, builder)
         cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(queues)])
     return jobs
 
@@ -140,15 +136,17 @@ def _copy_of(
     return _TRACED_COPY_SQL, _TRACED_COPY_TYPES, with_trace
 
 
-def _copied_rows(
+def _copied_jobs(
     write: Callable[[Sequence[Any]], None],
     clock: _BatchClock,
     ids: list[int],
     new_jobs: Iterable[NewJob],
     queues: set[str],
-) -> Iterator[dict[str, Any]]:
-    """Write each job's row to the COPY, then yield the values its Job holds beyond the shared ones."""
-    as_read, now, add_queue = clock.as_read, clock.now, queues.add
+    builder: NewJobBuilder,
+) -> list[Job]:
+    """Write each job's row to the COPY, then build its ``Job``; return them in order."""
+    as_read, now, add_queue, build = clock.as_read, clock.now, queues.add, builder.build
+    jobs = []
     for job_id, new in zip(ids, new_jobs, strict=True):
         if new.unique_key is not None:
             raise ValueError("a job with a unique_key cannot be copied; insert it")
@@ -176,7 +174,8 @@ def _copied_rows(
             )
         )
         add_queue(new.queue)
-        yield inserted_values(new, job_id, as_read(run_at))
+        jobs.append(build(new, job_id, as_read(run_at)))
+    return jobs
 
 
 class _BatchClock:
