@@ -32,3 +32,29 @@ def test_an_outcome_logs_as_its_word():
         "django_jobqueue", logging.ERROR, __file__, 1, "outcome=%s", (Outcome.DEAD,), None
     )
     assert record.getMessage() == "outcome=dead"
+
+
+def test_a_job_line_is_the_record_logger_log_would_make(caplog):
+    """Made without the logging module's search of the stack, and still through the logger's filters."""
+    from django_jobqueue.models import Job
+    from django_jobqueue.worker.executor import Executor, logger
+
+    executor = Executor(None, "w")  # type: ignore[arg-type]
+    job = Job(id=7, name="tests.noop", queue="q", attempts=1, max_attempts=3)
+    with caplog.at_level(logging.INFO, logger="django_jobqueue"):
+        executor._log(job, 0.25, Outcome.DONE, "")
+    [record] = caplog.records
+    assert record.getMessage() == "job tests.noop id=7 attempt=1/3 duration=0.250s outcome=done"
+    assert (record.name, record.levelno, record.funcName) == (logger.name, logging.INFO, "_log")
+    assert record.pathname == executor._log.__code__.co_filename
+    assert record.job_fields["id"] == 7 and record.job_fields["outcome"] == "done"
+
+    caplog.clear()
+    refuse = logging.Filter("nothing.of.ours")
+    logger.addFilter(refuse)
+    try:
+        with caplog.at_level(logging.INFO, logger="django_jobqueue"):
+            executor._log(job, 0.25, Outcome.DONE, "")
+    finally:
+        logger.removeFilter(refuse)
+    assert not caplog.records
