@@ -174,3 +174,26 @@ def test_the_wait_for_acks_ends_with_the_last_one_it_waits_for():
     started = time.monotonic()
     completer.wait_for(1, timeout=0.05)  # nothing comes: the timeout ends it
     assert time.monotonic() - started >= 0.04
+
+
+def test_the_reporter_holds_the_lines_of_a_round_until_the_loop_waits_on_the_database():
+    from django_jobqueue.worker.completer import PendingAck, Reporter
+    from django_jobqueue.worker.outcomes import Outcome
+
+    told: list[tuple[int, Outcome]] = []
+    reporter = Reporter()  # not started: it tells in the caller's thread
+
+    def pending(job_id: int) -> PendingAck:
+        job = Job(pk=job_id, claim_token=1)
+        return PendingAck(job, None, lambda outcome, error: told.append((job.pk, outcome)))
+
+    reporter.hold()
+    reporter.report([pending(1), pending(2)], {(1, 1)}, None)
+    assert told == []
+    reporter.release()
+    assert told == [(1, Outcome.DONE), (2, Outcome.LOST)]
+    reporter.report([pending(3)], {(3, 1)}, None)
+    assert told[2:] == []
+    reporter.stop_holding()
+    reporter.report([pending(4)], {(4, 1)}, None)
+    assert told[2:] == [(3, Outcome.DONE), (4, Outcome.DONE)]

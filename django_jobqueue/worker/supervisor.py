@@ -205,8 +205,10 @@ class Supervisor:
                 if self.health is not None:
                     self.health.started = True
                 try:
+                    self.completer.reporter.hold()
                     self._claim_loop()
                 finally:
+                    self.completer.reporter.stop_holding()
                     # No more claims to carry the slots' acks: the completer's thread writes them.
                     self.completer.start()
                 self.clean = self._drain()
@@ -334,6 +336,8 @@ class Supervisor:
                     return
                 if more or flow.walk_next:
                     continue
+            # Waiting for work: the lines of the jobs acked so far are logged now.
+            self.completer.reporter.release()
             self.wakeup.wait(self.slots.growth_due())
 
     def _claim_round(self, acks: list[PendingAck], free: int, idle: bool) -> tuple[list[Job], bool]:
@@ -347,6 +351,8 @@ class Supervisor:
             plan = self.shares.plan(free, ask_all=idle)
         metrics = self.metrics
         started = time.monotonic() if metrics is not None else 0.0
+        # The last round's lines are logged while this one waits on the database.
+        self.completer.reporter.release()
         try:
             acked, claimed = self.client.ack_and_claim(
                 [(pending.job, pending.result) for pending in acks],
