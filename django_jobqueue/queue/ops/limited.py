@@ -33,7 +33,7 @@ from typing import Any
 from ...models import QueueStart, QueueState
 from ..engines import Engine
 from ..flow import QueueLimits
-from .tables import JOB
+from .tables import live_jobs
 
 STATE = QueueState._meta.db_table
 STARTS = QueueStart._meta.db_table
@@ -160,13 +160,14 @@ def _running_keys(engine: Engine) -> str:
     one pass over the running jobs, into an object looked up by key. Elsewhere
     (SQLite) each key of the window is one probe of jobqueue_key_running_idx.
     """
+    jobs = live_jobs(engine)
     room = (
         "key_ranked.concurrency_key IS NULL "
         "OR key_rank + COALESCE({running}, 0) <= COALESCE(concurrency_limit, 1)"
     )
     if engine.supports_json_object_agg:
         counts = (
-            f"SELECT concurrency_key, COUNT(*) AS running FROM {JOB} WHERE status = 'running' "
+            f"SELECT concurrency_key, COUNT(*) AS running FROM {jobs} WHERE status = 'running' "
             f"AND concurrency_key IS NOT NULL AND locked_until > {engine.now} GROUP BY concurrency_key"
         )
         return (
@@ -179,7 +180,7 @@ def _running_keys(engine: Engine) -> str:
         )
     return (
         "running_keys AS (SELECT window_keys.concurrency_key, "
-        f"(SELECT COUNT(*) FROM {JOB} WHERE status = 'running' "
+        f"(SELECT COUNT(*) FROM {jobs} WHERE status = 'running' "
         "AND concurrency_key = window_keys.concurrency_key "
         f"AND locked_until > {engine.now}) AS running "
         "FROM (SELECT DISTINCT concurrency_key FROM keyed) AS window_keys), "
@@ -207,22 +208,23 @@ def _keyed_candidates(
     flow: FlowState,
 ) -> None:
     """The CTE ``keyed``: the window of due keyed jobs, or the heads of the keys a walk visits."""
+    jobs = live_jobs(engine)
     due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
     scope, scope_params = _queue_scope(queue_limits)
     size = window_size(limit)
     if not flow.walk_next:
         pick.ctes.append(
-            f"keyed AS (SELECT {_CANDIDATE} FROM {JOB} WHERE {due} AND {scope} ORDER BY {_ORDER} LIMIT %s)"
+            f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE {due} AND {scope} ORDER BY {_ORDER} LIMIT %s)"
         )
         pick.params += [*scope_params, size]
         return
     # Keys in key order after the last one visited: one probe of jobqueue_key_ready_idx each.
     next_key = (
-        f"(SELECT concurrency_key FROM {JOB} WHERE status = 'ready' AND concurrency_key IS NOT NULL "
+        f"(SELECT concurrency_key FROM {jobs} WHERE status = 'ready' AND concurrency_key IS NOT NULL "
         "AND concurrency_key > {after} ORDER BY concurrency_key LIMIT 1)"
     )
     head = (
-        f"(SELECT id FROM {JOB} WHERE {due} AND concurrency_key = walk.key AND {scope} "
+        f"(SELECT id FROM {jobs} WHERE {due} AND concurrency_key = walk.key AND {scope} "
         f"ORDER BY {_ORDER} LIMIT 1)"
     )
     pick.recursive = True
@@ -231,7 +233,7 @@ def _keyed_candidates(
         f"UNION ALL SELECT {next_key.format(after='walk.key')}, visited + 1 FROM walk "
         "WHERE walk.key IS NOT NULL AND visited < %s), "
         f"heads AS (SELECT {head} AS id FROM walk WHERE walk.key IS NOT NULL), "
-        f"keyed AS (SELECT {_CANDIDATE} FROM {JOB} WHERE id IN (SELECT id FROM heads) AND {due})"
+        f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE id IN (SELECT id FROM heads) AND {due})"
     )
     pick.params += [flow.walk_after, size, *scope_params]
     # NULL once the walk ran off the last key: the next walk starts from the first.
@@ -246,11 +248,12 @@ def _unkeyed_candidates(
     limits: Mapping[str, QueueLimits],
 ) -> None:
     """The CTE ``unkeyed``: the next due jobs without a key of each limited queue served."""
+    jobs = live_jobs(engine)
     shares = dict(queue_limits) if queue_limits is not None else {}
     branches = []
     for queue in limited_queues(queue_limits, limits):
         branches.append(
-            f"SELECT * FROM (SELECT {_CANDIDATE} FROM {JOB} WHERE status = 'ready' "
+            f"SELECT * FROM (SELECT {_CANDIDATE} FROM {jobs} WHERE status = 'ready' "
             f"AND concurrency_key IS NULL AND run_at <= {engine.now} AND queue = %s "
             f"AND {not_paused('%s')} ORDER BY {_ORDER} LIMIT %s) AS branch"
         )
@@ -272,13 +275,14 @@ def _share_room(queue_limits: Sequence[tuple[str, int]] | None, limit: int) -> s
 
 def _limits_room(engine: Engine, limits: Mapping[str, QueueLimits]) -> tuple[str, list[Any]]:
     """SQL of how many jobs of the candidate row's queue its cap and rate let start now."""
+    jobs = live_jobs(engine)
     whens: list[str] = []
     params: list[Any] = []
     for queue, queue_limit in limits.items():
         terms, term_params = [], []
         if queue_limit.concurrency is not None:
             terms.append(
-                f"{queue_limit.concurrency} - (SELECT COUNT(*) FROM {JOB} WHERE status = 'running' "
+                f"{queue_limit.concurrency} - (SELECT COUNT(*) FROM {jobs} WHERE status = 'running' "
                 f"AND queue = %s AND locked_until > {engine.now})"
             )
             term_params.append(queue)

@@ -35,7 +35,7 @@ from .limited import (
     rated_queues,
     window_size,
 )
-from .tables import CLAIM_ORDER, JOB, ROWS_PER_STATEMENT, batched, marks
+from .tables import CLAIM_ORDER, ROWS_PER_STATEMENT, batched, live_jobs, marks
 
 
 def claim(
@@ -313,11 +313,12 @@ def _flow_marker(keyed_seen: str, held: str = "0", walked: str = "NULL") -> str:
 
 def _keyed_probe(engine: Engine, queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:
     """SQL true while a due job with a key waits in the claimer's queues (one index probe)."""
+    jobs = live_jobs(engine)
     due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
     if queue_limits is None:
-        return f"EXISTS (SELECT 1 FROM {JOB} WHERE {due})", []
+        return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due})", []
     queues = [queue for queue, _share in queue_limits]
-    return f"EXISTS (SELECT 1 FROM {JOB} WHERE {due} AND queue IN ({marks(queues)}))", queues
+    return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due} AND queue IN ({marks(queues)}))", queues
 
 
 def _plain_picked(
@@ -338,6 +339,7 @@ def _plain_picked(
     With the count written in, one statement is prepared per count a worker
     asks for (a few: its free slots), each planned once.
     """
+    jobs = live_jobs(engine)
     due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
     params: list[Any] = []
     if queue_limits is None:
@@ -345,7 +347,7 @@ def _plain_picked(
         others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
         params += list(limits)
         sql = (
-            f"SELECT {columns} FROM {JOB} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
+            f"SELECT {columns} FROM {jobs} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
             f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked}"
         )
         return sql, params
@@ -354,13 +356,13 @@ def _plain_picked(
         if queue in limits:
             continue
         branches.append(
-            f"SELECT * FROM (SELECT id, priority, run_at FROM {JOB} WHERE {due} AND queue = %s "
+            f"SELECT * FROM (SELECT id, priority, run_at FROM {jobs} WHERE {due} AND queue = %s "
             f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} {engine.skip_locked}) "
             "AS branch"
         )
         params += [queue, queue]
     if not branches:
-        return f"SELECT {columns} FROM {JOB} WHERE 1 = 0", []
+        return f"SELECT {columns} FROM {jobs} WHERE 1 = 0", []
     union = " UNION ALL ".join(branches)
     sql = f"SELECT {columns} FROM ({union}) AS picked ORDER BY {CLAIM_ORDER} LIMIT {int(limit)}"
     return sql, params
@@ -371,6 +373,7 @@ def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, lis
 
     ``ids_sql`` is a subquery, or a list of parameters.
     """
+    jobs = live_jobs(engine)
     # The SET clause's: owner, deadline, and the owner again for a Task job's worker_ids.
     params: list[Any] = [round_.worker_id, round_.visibility_timeout, round_.worker_id]
     deadline = engine.now_plus(f"COALESCE({engine.nullable_float}, visibility_timeout)")
@@ -389,7 +392,7 @@ def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, lis
     # status = 'ready' again: a job picked in the subquery and changed since (a
     # cancel) is re-checked here, on the row as it is now.
     sql = (
-        f"UPDATE {JOB} SET status = 'running', attempts = attempts + 1, "
+        f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, "
         f"claim_token = claim_token + 1, locked_by = %s, locked_until = {deadline}, "
         f"started_at = COALESCE(started_at, {engine.now}), last_attempted_at = {engine.now}, "
         f"worker_ids = {worker_ids} WHERE {picked} AND status = 'ready' RETURNING {JOB_COLUMNS_SQL}"

@@ -103,6 +103,17 @@ def new_jobs_table(engine: Engine) -> str:
     return LIVE_JOBS if engine.finished_jobs_apart else JOB
 
 
+def live_jobs(engine: Engine) -> str:
+    """What a statement that reads or changes live jobs alone (a claim's) names as the job table.
+
+    Where finished jobs are apart, the live jobs' partition under the job
+    table's name: the statement's SQL is the same, and PostgreSQL plans one
+    table instead of the partitioned one, whose partitions it would otherwise
+    weigh and prune at every planning (a limited claim is planned at each run).
+    """
+    return f"{LIVE_JOBS} AS {JOB}" if engine.finished_jobs_apart else JOB
+
+
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """``items`` in consecutive slices of at most ``size``."""
     for start in range(0, len(items), size):
