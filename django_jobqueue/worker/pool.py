@@ -16,15 +16,19 @@ or timed out (its state may be anything), and when it died.
 from __future__ import annotations
 
 import logging
+import select
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..models import Job
+from ..queue.rows import JOB_FIELDS
 from .attempt import Attempt, Verdict
 from .control import RunControl, StopReason
 from .outcomes import Action
+from .pipes import DONE, NOTE, REVOKE, SKIPPED, STOP, Claim
 from .progress import ProgressReport
 
 logger = logging.getLogger(__name__)
@@ -36,6 +40,13 @@ START_TIMEOUT = 120.0
 # Seconds a child told to exit between jobs gets before it is killed.
 RETIRE_TIMEOUT = 5.0
 MB = 1024 * 1024
+# Milliseconds between two looks at the worker's stop signal while a child's job runs: a signal
+# revokes the jobs of the batch the child has not started.
+SIGNAL_CHECK_MS = 100
+# Each Job field's name, in the order job_values sends their values and the child rebuilds them.
+_ATTNAMES = [field.attname for field in JOB_FIELDS]
+# The answer of a job the child skipped.
+_SKIPPED = object()
 
 
 class ChildStartError(RuntimeError):
@@ -71,7 +82,7 @@ def pool_context() -> Any:
 class ChildTarget:
     """A job running in a child: told to stop through its control pipe, stopped by force with a kill."""
 
-    def __init__(self, child: Child, claim: tuple[int, int]) -> None:
+    def __init__(self, child: Child, claim: Claim) -> None:
         self.child = child
         self.claim = claim
 
@@ -83,24 +94,60 @@ class ChildTarget:
         return False
 
 
-class Child:
-    """One slot's child process, as the worker sees it; also the slot's ``Runner``."""
+def job_values(job: Job) -> list[Any]:
+    """What travels to the child for ``job``: its fields' values, in ``queue.rows``' order."""
+    fields = job.__dict__
+    try:
+        return [fields[name] for name in _ATTNAMES]
+    except KeyError:  # a deferred field: not from a claim, but still a Job
+        return [getattr(job, name) for name in _ATTNAMES]
 
-    def __init__(self, name: str, worker_id: str, using: str, verbosity: int, limits: ChildLimits) -> None:
+
+class Child:
+    """One slot's child process, as the worker sees it; also the slot's ``Runner``.
+
+    The slot sends it a batch (``send``), then runs each job of the batch
+    through the executor, in order, as for any ``Runner``: ``attempt`` waits
+    for that job's answer, which the child sends as soon as the job ends.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        worker_id: str,
+        using: str,
+        verbosity: int,
+        limits: ChildLimits,
+        signalled: threading.Event | None = None,
+    ) -> None:
         self.name = name
         self.worker_id = worker_id
         self.using = using
         self.verbosity = verbosity
         self.limits = limits
+        self.signalled = signalled  # the worker was signalled: revoke what the child has not started
         self.pid: int | None = None
         self.jobs_run = 0
         self.resident = 0  # bytes, after its last job
         self.killed_for = ""  # why the worker killed it, if it did
-        self.spoiled = ""  # why it must not run another job, if so
+        self.spoiled = ""  # why it must not run another batch, if so
+        # Told how long each job ran in the child (prefetch.Depth.note).
+        self.on_seconds: Callable[[float], None] | None = None
+        # Hands back a job of the batch the child skipped, at once (the slot's executor).
+        self.on_unstarted: Callable[[Job], None] | None = None
+        # Called once a batch when the worker was signalled (the slots hand back the jobs waiting).
+        self.on_signalled: Callable[[], None] | None = None
         self._process: Any = None
         self._jobs: Any = None
         self._control: Any = None
         self._control_lock = threading.Lock()
+        self._poller: Any = None
+        # The batch: its jobs not answered yet, in order; those the child skipped; those handed back.
+        self._unanswered: dict[Claim, Job] = {}
+        self._skipped: set[Claim] = set()
+        self._handed_back: set[Claim] = set()
+        self._revoked = False
+        self._gone = ""  # why the rest of the batch cannot run: the child died or could not be sent it
 
     def start(self) -> None:
         """Start the process and wait until it is ready; raise ``ChildStartError`` if it is not."""
@@ -134,61 +181,134 @@ class Child:
             self._process.join(RETIRE_TIMEOUT)
             raise ChildStartError(f"child {self.name} could not start: {detail}")
         self.pid = detail
+        # One poll object for the child's life: multiprocessing's wait() builds a selector per call,
+        # a cost on every answer.
+        self._poller = select.poll()
+        self._poller.register(self._jobs.fileno(), select.POLLIN)
+        self._poller.register(self._process.sentinel, select.POLLIN)
+
+    def send(self, jobs: list[Job]) -> None:
+        """Send ``jobs`` to the child in one message; ``attempt`` then waits for each one's answer."""
+        # Known before they are sent, so that a revoke covers them all.
+        self._unanswered = {(job.pk, job.claim_token): job for job in jobs}
+        self._skipped = set()
+        self._handed_back = set()
+        self._revoked = False
+        self._gone = ""
+        try:
+            self._jobs.send([job_values(job) for job in jobs])
+        except (OSError, ValueError) as exc:
+            # The child died between batches: none of these started, so they are handed back,
+            # their attempts not counted, and the slot gets a new child.
+            self.spoiled = f"it exited ({self._exit_status()})"
+            self._gone = f"child process {self.pid} was gone before the job was sent ({exc})"
+
+    def handed_back(self, job: Job) -> bool:
+        """Whether ``job`` of the batch was skipped by the child and already handed back."""
+        return (job.pk, job.claim_token) in self._handed_back
 
     def attempt(self, job: Job, control: RunControl, report: ProgressReport) -> Attempt:
-        """Run ``job`` in the child; return its attempt, or one that says the child died.
+        """Wait for ``job``'s answer (its batch was sent); return its attempt, or one that says why none came.
 
         The job's ``ctx.progress()`` reports, as the child sends them, go to ``report``.
         """
-        try:
-            self._jobs.send(job)
-        except (OSError, ValueError) as exc:
-            # The child died between jobs: this one never started, so it is handed back, its
-            # attempt not counted, and the slot gets a new child.
-            self.spoiled = f"it exited ({self._exit_status()})"
-            error = f"child process {self.pid} was gone before the job was sent ({exc})"
-            return Attempt(Verdict(Action.NACK, error=error), unsent=True)
-        control.attach(ChildTarget(self, control.claim))
-        answer = self._answer(report)
-        if answer is None:
+        claim = control.claim
+        if self._gone or claim in self._skipped:
+            # It never started: handed back, its attempt not counted.
+            self._unanswered.pop(claim, None)
+            return Attempt(Verdict(Action.NACK, error=self._gone or "its child skipped it"), unsent=True)
+        control.attach(ChildTarget(self, claim))
+        message = self._answer(claim, report)
+        self._unanswered.pop(claim, None)
+        if message is None:
             return self._died()
-        if answer.progress is not None:
-            report(answer.progress)
+        if message is _SKIPPED:
+            return Attempt(Verdict(Action.NACK, error="its child skipped it"), unsent=True)
+        if message[0] == DONE:
+            _kind, result, rss, seconds = message
+            attempt = Attempt(Verdict(Action.ACK, result=result))
+        else:
+            _kind, answer, seconds = message
+            rss, attempt = answer.rss, answer.attempt
+            if answer.progress is not None:
+                report(answer.progress)
         self.jobs_run += 1
-        self.resident = answer.rss
+        self.resident = rss
+        if self.on_seconds is not None:
+            self.on_seconds(seconds)
         if control.reason is StopReason.TIMEOUT:
             self.spoiled = "a job in it timed out"
-        attempt: Attempt = answer.attempt
         if job.task_backend:
             attempt.task_run = _task_run(job)
         return attempt
 
-    def _answer(self, report: ProgressReport) -> Any:
-        """The child's ``Answer`` to the job sent, its progress notes passed to ``report`` meanwhile.
+    def _answer(self, claim: Claim, report: ProgressReport) -> Any:
+        """The child's answer to the job of ``claim``, its progress notes passed to ``report`` meanwhile.
 
-        None if the child died first.
+        ``_SKIPPED`` if the child skipped it, None if the child died first.
         """
-        from multiprocessing.connection import wait
-
-        from .child import ProgressNote
-
         while True:
-            ready = wait([self._jobs, self._process.sentinel])
-            if self._jobs not in ready:
+            message = self._next_message()
+            if message is None:
                 return None
-            try:
-                message = self._jobs.recv()
-            except (EOFError, OSError):
-                return None
-            if not isinstance(message, ProgressNote):
+            kind = message[0]
+            if kind == NOTE:
+                report(message[1])  # kept in memory: the progress writer's thread writes it
+            elif kind == SKIPPED:
+                if self._skipped_now(claim, message[1]):
+                    return _SKIPPED
+            else:
                 return message
-            report(message.value)  # kept in memory: the progress writer's thread writes it
 
-    def tell(self, claim: tuple[int, int], reason: StopReason) -> None:
-        """Tell the job of ``claim``, if it still runs in the child, to stop for ``reason``."""
+    def _next_message(self) -> Any:
+        """The child's next message, waited for; None if the child died first."""
+        jobs = self._jobs.fileno()
+        while True:
+            events = self._poller.poll(SIGNAL_CHECK_MS)
+            if not events:
+                self._check_signalled()
+                continue
+            if any(fd == jobs for fd, _event in events):
+                try:
+                    return self._jobs.recv()
+                except (EOFError, OSError):
+                    return None
+            return None  # only the sentinel: the child died and sent nothing more
+
+    def _skipped_now(self, claim: Claim, skipped: list[Claim]) -> bool:
+        """Hand back at once the jobs the child says it skipped; True if the awaited ``claim`` is one."""
+        self._skipped.update(skipped)
+        awaited = False
+        for each in skipped:
+            if each == claim:
+                awaited = True  # handed back by the executor, as the answer to its attempt
+                continue
+            job = self._unanswered.pop(each, None)
+            if job is not None and self.on_unstarted is not None:
+                self._handed_back.add(each)
+                self.on_unstarted(job)
+        return awaited
+
+    def _check_signalled(self) -> None:
+        """While a job runs: once the worker is signalled, revoke the jobs of the batch not started yet."""
+        if self._revoked or self.signalled is None or not self.signalled.is_set():
+            return
+        self._revoked = True
+        if self.on_signalled is not None:
+            self.on_signalled()
+        claims = list(self._unanswered)
+        if claims:
+            with self._control_lock:
+                try:
+                    self._control.send((REVOKE, claims))
+                except (OSError, ValueError):
+                    pass  # the child is gone: its death ends the wait
+
+    def tell(self, claim: Claim, reason: StopReason) -> None:
+        """Tell the job of ``claim``, if it runs in the child or has yet to, to stop for ``reason``."""
         with self._control_lock:
             try:
-                self._control.send((claim, str(reason)))
+                self._control.send((STOP, claim, str(reason)))
             except (OSError, ValueError):
                 pass  # the child is gone: nothing runs to tell
 
@@ -199,7 +319,7 @@ class Child:
             self._process.kill()
 
     def worn_out(self) -> str:
-        """Why the child must be replaced before its next job, or ""."""
+        """Why the child must be replaced before its next batch, or ""."""
         if self.spoiled:
             return self.spoiled
         if self._process is None or not self._process.is_alive():
@@ -213,8 +333,14 @@ class Child:
             )
         return ""
 
+    def jobs_left(self) -> int | None:
+        """How many more jobs the child may run (``--max-jobs-per-child``); None: no limit."""
+        if self.limits.max_jobs is None:
+            return None
+        return max(0, self.limits.max_jobs - self.jobs_run)
+
     def retire(self) -> None:
-        """Let the child exit between jobs (killed if it does not within a few seconds)."""
+        """Let the child exit between batches (killed if it does not within a few seconds)."""
         if self._process is None:
             return
         try:
@@ -232,6 +358,8 @@ class Child:
         status = how or self._exit_status()
         self.spoiled = f"it died ({status})"
         died = f"its child process {self.pid} {status}" if not self.killed_for else self.killed_for
+        # The child ran its batch in order: the jobs after this one never started.
+        self._gone = f"child process died before the job started: {died}"
         return Attempt(Verdict(Action.NACK, error=f"child process died: {died}"), died=died)
 
     def _exit_status(self) -> str:
