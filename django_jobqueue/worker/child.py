@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import JobTimeout
 from .control import StopReason
 from .outcomes import Action
-from .pipes import ANSWER, DONE, NOTE, REVOKE, SKIPPED, Claim
+from .pipes import ANSWER, DONE, NOTE, REVOKE, SKIPPED, Claim, dumps
 
 if TYPE_CHECKING:  # imported once Django is set up: the child may be the one to set it up
     from ..models import Job
@@ -115,8 +115,9 @@ class _Sender:
         self._lock = threading.Lock()
 
     def send(self, message: Any) -> None:
+        data = dumps(message)
         with self._lock:
-            self.jobs.send(message)
+            self.jobs.send_bytes(data)
 
 
 def main(jobs: Connection, control: Connection, worker_id: str, using: str, verbosity: int) -> None:

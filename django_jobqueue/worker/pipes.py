@@ -11,6 +11,15 @@ set Django up.
 
 from __future__ import annotations
 
+import os
+import pickle
+import select
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # not imported at run time: see above
+    from multiprocessing.connection import Connection
+
 # From the child, on the jobs pipe:
 DONE = 0  # (DONE, result, rss, seconds): the job returned ``result``, a plain ack; most answers
 ANSWER = 1  # (ANSWER, Answer, seconds): any other outcome
@@ -21,3 +30,78 @@ STOP = 0  # (STOP, claim, reason): the job of ``claim`` must stop
 REVOKE = 1  # (REVOKE, [claim, ...]): do not start these jobs; report those not started
 
 Claim = tuple[int, int]  # (job id, claim token)
+
+# Bytes a worker reads from a child's pipe at once: a few hundred answers of no-op jobs.
+READ_SIZE = 1 << 16
+_NOTHING = object()
+
+
+def dumps(message: Any) -> bytes:
+    """``message`` as the other end's ``Connection.recv`` reads it (``send_bytes`` of this).
+
+    Plain ``pickle``: ``Connection.send``'s ``ForkingPickler`` sets up
+    reducers for sockets and file descriptors on every call, which no batch
+    or answer holds.
+    """
+    return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+
+
+class Messages:
+    """A child's messages as its worker reads them: every message waiting taken in one read.
+
+    ``Connection.recv`` reads a message's length, then its bytes: two system
+    calls per answer, each a release and a new wait for the GIL in a worker
+    whose threads all want it. Here one read takes all the answers the child
+    sent meanwhile (the frames of ``Connection.send_bytes``), and a message
+    is waited for (``poll``) only when none is left in hand; the wait also
+    watches the child's sentinel, since a job that forked may keep the pipe
+    open after the child died.
+    """
+
+    def __init__(self, connection: Connection, sentinel: int) -> None:
+        self._fd = connection.fileno()
+        self._poller = select.poll()
+        self._poller.register(self._fd, select.POLLIN)
+        self._poller.register(sentinel, select.POLLIN)
+        self._data = b""
+        self._at = 0
+
+    def next(self, timeout_ms: int, idle: Callable[[], None]) -> Any:
+        """The next message; None once the child has died (or closed its end) and none is left.
+
+        ``idle`` is called every ``timeout_ms`` milliseconds that pass without one.
+        """
+        while True:
+            message = self._take()
+            if message is not _NOTHING:
+                return message
+            events = self._poller.poll(timeout_ms)
+            if not events:
+                idle()
+                continue
+            if not any(fd == self._fd for fd, _event in events):
+                return None  # only the sentinel: the child died and sent nothing more
+            try:
+                data = os.read(self._fd, READ_SIZE)
+            except OSError:
+                return None
+            if not data:
+                return None  # the child's end is closed
+            self._data = self._data[self._at :] + data
+            self._at = 0
+
+    def _take(self) -> Any:
+        data, at = self._data, self._at
+        if len(data) - at < 4:
+            return _NOTHING
+        size = int.from_bytes(data[at : at + 4], "big", signed=True)
+        start = at + 4
+        if size == -1:  # Connection.send_bytes' frame for a message of 2 GiB or more
+            if len(data) - start < 8:
+                return _NOTHING
+            size = int.from_bytes(data[start : start + 8], "big")
+            start += 8
+        if len(data) - start < size:
+            return _NOTHING
+        self._at = start + size
+        return pickle.loads(data[start : start + size])  # noqa: S301 - from our own child, as Connection.recv

@@ -16,7 +16,6 @@ or timed out (its state may be anything), and when it died.
 from __future__ import annotations
 
 import logging
-import select
 import signal
 import threading
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from ..queue.rows import JOB_FIELDS
 from .attempt import Attempt, Verdict
 from .control import RunControl, StopReason
 from .outcomes import Action
-from .pipes import DONE, NOTE, REVOKE, SKIPPED, STOP, Claim
+from .pipes import DONE, NOTE, REVOKE, SKIPPED, STOP, Claim, Messages, dumps
 from .progress import ProgressReport
 
 logger = logging.getLogger(__name__)
@@ -141,7 +140,7 @@ class Child:
         self._jobs: Any = None
         self._control: Any = None
         self._control_lock = threading.Lock()
-        self._poller: Any = None
+        self._messages: Messages | None = None
         # The batch: its jobs not answered yet, in order; those the child skipped; those handed back.
         self._unanswered: dict[Claim, Job] = {}
         self._skipped: set[Claim] = set()
@@ -181,11 +180,7 @@ class Child:
             self._process.join(RETIRE_TIMEOUT)
             raise ChildStartError(f"child {self.name} could not start: {detail}")
         self.pid = detail
-        # One poll object for the child's life: multiprocessing's wait() builds a selector per call,
-        # a cost on every answer.
-        self._poller = select.poll()
-        self._poller.register(self._jobs.fileno(), select.POLLIN)
-        self._poller.register(self._process.sentinel, select.POLLIN)
+        self._messages = Messages(self._jobs, self._process.sentinel)
 
     def send(self, jobs: list[Job]) -> None:
         """Send ``jobs`` to the child in one message; ``attempt`` then waits for each one's answer."""
@@ -196,7 +191,7 @@ class Child:
         self._revoked = False
         self._gone = ""
         try:
-            self._jobs.send([job_values(job) for job in jobs])
+            self._jobs.send_bytes(dumps([job_values(job) for job in jobs]))
         except (OSError, ValueError) as exc:
             # The child died between batches: none of these started, so they are handed back,
             # their attempts not counted, and the slot gets a new child.
@@ -262,18 +257,8 @@ class Child:
 
     def _next_message(self) -> Any:
         """The child's next message, waited for; None if the child died first."""
-        jobs = self._jobs.fileno()
-        while True:
-            events = self._poller.poll(SIGNAL_CHECK_MS)
-            if not events:
-                self._check_signalled()
-                continue
-            if any(fd == jobs for fd, _event in events):
-                try:
-                    return self._jobs.recv()
-                except (EOFError, OSError):
-                    return None
-            return None  # only the sentinel: the child died and sent nothing more
+        assert self._messages is not None  # started
+        return self._messages.next(SIGNAL_CHECK_MS, self._check_signalled)
 
     def _skipped_now(self, claim: Claim, skipped: list[Claim]) -> bool:
         """Hand back at once the jobs the child says it skipped; True if the awaited ``claim`` is one."""
