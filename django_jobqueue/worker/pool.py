@@ -20,6 +20,7 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 from ..models import Job
@@ -27,7 +28,18 @@ from ..queue.rows import JOB_FIELDS
 from .attempt import Attempt, Verdict
 from .control import RunControl, StopReason
 from .outcomes import Action
-from .pipes import DONE, NOTE, REVOKE, SKIPPED, STOP, Claim, Messages, dumps
+from .pipes import (
+    DONE,
+    EXACT_TIMESTAMPS,
+    NOTE,
+    REVOKE,
+    SKIPPED,
+    STOP,
+    Claim,
+    Messages,
+    datetime_indexes,
+    dumps,
+)
 from .progress import ProgressReport
 
 logger = logging.getLogger(__name__)
@@ -44,8 +56,11 @@ MB = 1024 * 1024
 SIGNAL_CHECK_MS = 100
 # Each Job field's name, in the order job_values sends their values and the child rebuilds them.
 _ATTNAMES = [field.attname for field in JOB_FIELDS]
+_DATETIME_INDEXES = datetime_indexes(JOB_FIELDS)
 # The answer of a job the child skipped.
 _SKIPPED = object()
+# The verdict of most answers (frozen: shared).
+_ACKED = Verdict(Action.ACK)
 
 
 class ChildStartError(RuntimeError):
@@ -94,12 +109,22 @@ class ChildTarget:
 
 
 def job_values(job: Job) -> list[Any]:
-    """What travels to the child for ``job``: its fields' values, in ``queue.rows``' order."""
+    """What travels to the child for ``job``: its fields' values, in ``queue.rows``' order.
+
+    Its datetimes in UTC go as POSIX timestamps (``child.job_from_values``
+    turns them back): a float pickles in a sixth of a datetime's time, and
+    up to ``EXACT_TIMESTAMPS`` it comes back to the same microsecond.
+    """
     fields = job.__dict__
     try:
-        return [fields[name] for name in _ATTNAMES]
+        values = [fields[name] for name in _ATTNAMES]
     except KeyError:  # a deferred field: not from a claim, but still a Job
-        return [getattr(job, name) for name in _ATTNAMES]
+        values = [getattr(job, name) for name in _ATTNAMES]
+    for index in _DATETIME_INDEXES:
+        value = values[index]
+        if value is not None and value.tzinfo is UTC and 0 <= (stamp := value.timestamp()) < EXACT_TIMESTAMPS:
+            values[index] = stamp
+    return values
 
 
 class Child:
@@ -221,7 +246,7 @@ class Child:
             return Attempt(Verdict(Action.NACK, error="its child skipped it"), unsent=True)
         if message[0] == DONE:
             _kind, result, rss, seconds = message
-            attempt = Attempt(Verdict(Action.ACK, result=result))
+            attempt = Attempt(_ACKED if result is None else Verdict(Action.ACK, result=result))
         else:
             _kind, answer, seconds = message
             rss, attempt = answer.rss, answer.attempt
