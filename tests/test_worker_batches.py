@@ -5,7 +5,8 @@ worker tests first run a few dozen quick jobs, so that the jobs they enqueue
 next travel to the child together, in claim order (the first one has the
 highest priority). Then a signal, a timeout, a cancel or a kill meets a job
 with others of its batch behind it, not started: those are handed back
-(ready again, the attempt not counted), and run later exactly once.
+(ready again, the attempt not counted) or given to another slot, and run
+later exactly once.
 
 The child's own bookkeeping (stops and revokes for jobs it has not started)
 is tested in this process too, on real claimed jobs, with the messages it
@@ -235,50 +236,76 @@ def test_sigterm_hands_back_at_once_the_jobs_a_child_has_not_started(
     assert not any(ran(events_path, job) for job in behind), "a job handed back had started"
 
 
-def test_a_timeout_in_a_batch_hands_back_the_jobs_behind_it_to_a_new_child(queue, start_worker, events_path):
+def test_the_jobs_behind_a_long_one_go_to_another_child_without_waiting_for_it(
+    queue, start_worker, events_path, tmp_path
+):
+    release = tmp_path / "release"
+    worker = start_worker("--pool", "processes", "--concurrency", "2", *FAST)
+    warm_up(queue, events_path)
+    gate, *behind = head_and_behind(queue, events_path, "workers.gate", {"release": str(release)})
+
+    wait_until(lambda: count(behind, status="done") == BEHIND, 10, "the jobs behind the long one")
+    assert Job.objects.get(pk=gate.pk).status == "running", "they waited for the long job"
+    [gate_start] = ran(events_path, gate)
+    assert all(len(ran(events_path, job)) == 1 for job in behind)
+    assert count(behind, attempts=1) == BEHIND
+    assert released(worker.log(), behind) == [], "taken back, not handed back: they stayed claimed"
+    release.touch()
+    wait_until(lambda: Job.objects.get(pk=gate.pk).status == "done", 10, "the long job")
+    assert gate_start["pid"] != worker.pid
+
+
+def test_a_timeout_in_a_batch_leaves_the_jobs_behind_it_to_a_new_child(queue, start_worker, events_path):
     worker = start_worker("--pool", "processes", "--concurrency", "1", *FAST, env=BACKOFF)
     warm_up(queue, events_path)
     stuck, *behind = head_and_behind(
         queue, events_path, "workers.spin", {"seconds": 30}, timeout=1, max_attempts=1
     )
 
-    wait_until(
-        lambda: DeadLetter.objects.filter(job_id=stuck.pk).exists(), 20, "the timed-out job's dead letter"
-    )
-    ids = [job.pk for job in behind]
-    wait_until(
-        lambda: Job.objects.filter(pk__in=ids, status="done").count() == BEHIND, 20, "the jobs behind it"
-    )
+    wait_until(lambda: DeadLetter.objects.filter(job_id=stuck.pk).exists(), 20, "the stuck job's dead letter")
+    wait_until(lambda: count(behind, status="done") == BEHIND, 20, "the jobs behind it")
 
     [timed_out] = {e["pid"] for e in ran(events_path, stuck)}
     runs = Counter(e["job"] for job in behind for e in ran(events_path, job))
-    assert runs == Counter({pk: 1 for pk in ids}), "each job behind the stuck one ran exactly once"
+    assert runs == Counter({job.pk: 1 for job in behind}), "each job behind the stuck one ran exactly once"
     assert timed_out not in {e["pid"] for job in behind for e in ran(events_path, job)}
-    assert count(behind, attempts=1) == BEHIND, "a hand-back counted"
+    assert count(behind, attempts=1) == BEHIND, "a hand-back counted as an attempt"
     log = worker.log()
-    assert released(log, behind) == sorted(ids), log
     assert re.search(rf"replacing jobqueue-child-0 \(pid {timed_out}\): a job in it timed out", log), log
 
 
-def test_a_child_killed_mid_batch_loses_its_job_and_hands_back_the_rest(queue, start_worker, events_path):
+def test_a_child_that_dies_mid_batch_loses_its_job_and_hands_back_the_rest(queue, start_worker, events_path):
+    worker = start_worker("--pool", "processes", "--concurrency", "1", *FAST)
+    warm_up(queue, events_path)
+    crash, *behind = head_and_behind(queue, events_path, "workers.crash", {})
+
+    wait_until(lambda: count(behind, status="done") == BEHIND, 20, "the jobs behind it")
+
+    [crashed] = {e["pid"] for e in ran(events_path, crash)}
+    log = worker.log()
+    assert re.search(rf"job workers\.crash id={crash.pk} attempt=1/\d+ .* outcome=lost", log), log
+    assert re.search(rf"replacing jobqueue-child-0 \(pid {crashed}\): it died", log), log
+    assert released(log, behind) == sorted(job.pk for job in behind), log
+    assert all(len(ran(events_path, job)) == 1 for job in behind)
+    assert crashed not in {e["pid"] for job in behind for e in ran(events_path, job)}
+    assert count(behind, attempts=1) == BEHIND
+    assert Job.objects.get(pk=crash.pk).status == "running", "lost: left to expire, as a dead worker's job"
+
+
+def test_a_child_killed_mid_batch_leaves_the_jobs_behind_it_to_a_new_child(queue, start_worker, events_path):
     worker = start_worker("--pool", "processes", "--concurrency", "1", *FAST)
     warm_up(queue, events_path)
     stubborn, *behind = head_and_behind(queue, events_path, "workers.stubborn", {"seconds": 30})
     [started] = wait_until(lambda: ran(events_path, stubborn), 15, "the stubborn job to start")
 
     assert QueueClient().cancel(stubborn)  # ignored: killed after --cancel-grace
-    ids = [job.pk for job in behind]
-    wait_until(
-        lambda: Job.objects.filter(pk__in=ids, status="done").count() == BEHIND, 20, "the jobs behind it"
-    )
+    wait_until(lambda: count(behind, status="done") == BEHIND, 20, "the jobs behind it")
 
     log = worker.log()
-    assert re.search(
-        rf"job workers\.stubborn id={stubborn.pk} attempt=1/\d+ duration=\S+s outcome=cancelled", log
-    )
+    assert re.search(rf"job workers\.stubborn id={stubborn.pk} attempt=1/\d+ .* outcome=cancelled", log), log
     assert re.search(rf"replacing jobqueue-child-0 \(pid {started['pid']}\): it died", log), log
-    assert released(log, behind) == sorted(ids), log
     assert all(len(ran(events_path, job)) == 1 for job in behind)
+    assert started["pid"] not in {e["pid"] for job in behind for e in ran(events_path, job)}
     assert count(behind, attempts=1) == BEHIND
 
 

@@ -8,9 +8,10 @@ Its slot sends it a *batch* of claimed jobs in one message (``pool.py``
 decides how many: ``prefetch.py``). It runs them in order, one at a time,
 and sends each job's answer the moment that job ends, then goes straight on
 to the next: no round trip to the parent between two jobs. A job of the
-batch not started yet can be *revoked* by the parent (the worker was
-signalled): the child skips it and says so (a ``SKIPPED`` message), and the
-parent hands it back. Which of the two happens is decided under one lock, so
+batch not started yet can be *revoked* by the parent (the job before it ran
+long, or the worker was signalled): the child skips it and says so (a
+``SKIPPED`` message), and the parent gives it to another slot or hands it
+back. Which of the two happens is decided under one lock, so
 a revoked job is either reported skipped or runs, never both. After a job
 that timed out the child runs nothing more of its batch (its state may be
 anything) and reports the rest skipped; the parent replaces it.

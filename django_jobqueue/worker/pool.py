@@ -51,9 +51,10 @@ START_TIMEOUT = 120.0
 # Seconds a child told to exit between jobs gets before it is killed.
 RETIRE_TIMEOUT = 5.0
 MB = 1024 * 1024
-# Milliseconds between two looks at the worker's stop signal while a child's job runs: a signal
-# revokes the jobs of the batch the child has not started.
-SIGNAL_CHECK_MS = 100
+# Milliseconds a child's job may run before the worker looks again at the rest of its batch: a job
+# that runs this long is no short one, and the jobs behind it go to other slots (or are handed back
+# once the worker is signalled) rather than wait for it.
+LOOK_MS = 100
 # Each Job field's name, in the order job_values sends their values and the child rebuilds them.
 _ATTNAMES = [field.attname for field in JOB_FIELDS]
 _DATETIME_INDEXES = datetime_indexes(JOB_FIELDS)
@@ -157,7 +158,7 @@ class Child:
         self.spoiled = ""  # why it must not run another batch, if so
         # Told how long each job ran in the child (prefetch.Depth.note).
         self.on_seconds: Callable[[float], None] | None = None
-        # Hands back a job of the batch the child skipped, at once (the slot's executor).
+        # Takes a job of the batch that the child skipped: for another slot, or handed back at once.
         self.on_unstarted: Callable[[Job], None] | None = None
         # Called once a batch when the worker was signalled (the slots hand back the jobs waiting).
         self.on_signalled: Callable[[], None] | None = None
@@ -169,8 +170,10 @@ class Child:
         # The batch: its jobs not answered yet, in order; those the child skipped; those handed back.
         self._unanswered: dict[Claim, Job] = {}
         self._skipped: set[Claim] = set()
-        self._handed_back: set[Claim] = set()
-        self._revoked = False
+        self._taken_back: set[Claim] = set()
+        self._awaited: Claim | None = None  # the job whose answer the slot waits for
+        self._revoked = False  # the jobs behind the awaited one were revoked: it ran long
+        self._signal_seen = False
         self._gone = ""  # why the rest of the batch cannot run: the child died or could not be sent it
 
     def start(self) -> None:
@@ -212,8 +215,9 @@ class Child:
         # Known before they are sent, so that a revoke covers them all.
         self._unanswered = {(job.pk, job.claim_token): job for job in jobs}
         self._skipped = set()
-        self._handed_back = set()
+        self._taken_back = set()
         self._revoked = False
+        self._signal_seen = False
         self._gone = ""
         try:
             self._jobs.send_bytes(dumps([job_values(job) for job in jobs]))
@@ -223,9 +227,9 @@ class Child:
             self.spoiled = f"it exited ({self._exit_status()})"
             self._gone = f"child process {self.pid} was gone before the job was sent ({exc})"
 
-    def handed_back(self, job: Job) -> bool:
-        """Whether ``job`` of the batch was skipped by the child and already handed back."""
-        return (job.pk, job.claim_token) in self._handed_back
+    def taken_back(self, job: Job) -> bool:
+        """Whether ``job`` of the batch was skipped by the child and taken back (``on_unstarted``)."""
+        return (job.pk, job.claim_token) in self._taken_back
 
     def attempt(self, job: Job, control: RunControl, report: ProgressReport) -> Attempt:
         """Wait for ``job``'s answer (its batch was sent); return its attempt, or one that says why none came.
@@ -268,7 +272,7 @@ class Child:
         ``_SKIPPED`` if the child skipped it, None if the child died first.
         """
         while True:
-            message = self._next_message()
+            message = self._next_message(claim)
             if message is None:
                 return None
             kind = message[0]
@@ -280,13 +284,14 @@ class Child:
             else:
                 return message
 
-    def _next_message(self) -> Any:
-        """The child's next message, waited for; None if the child died first."""
+    def _next_message(self, claim: Claim) -> Any:
+        """The child's next message, waited for while ``claim``'s job runs; None if the child died first."""
         assert self._messages is not None  # started
-        return self._messages.next(SIGNAL_CHECK_MS, self._check_signalled)
+        self._awaited = claim
+        return self._messages.next(LOOK_MS, self._ran_long)
 
     def _skipped_now(self, claim: Claim, skipped: list[Claim]) -> bool:
-        """Hand back at once the jobs the child says it skipped; True if the awaited ``claim`` is one."""
+        """Take back at once the jobs the child says it skipped; True if the awaited ``claim`` is one."""
         self._skipped.update(skipped)
         awaited = False
         for each in skipped:
@@ -295,24 +300,35 @@ class Child:
                 continue
             job = self._unanswered.pop(each, None)
             if job is not None and self.on_unstarted is not None:
-                self._handed_back.add(each)
+                self._taken_back.add(each)
                 self.on_unstarted(job)
         return awaited
 
-    def _check_signalled(self) -> None:
-        """While a job runs: once the worker is signalled, revoke the jobs of the batch not started yet."""
-        if self._revoked or self.signalled is None or not self.signalled.is_set():
+    def _ran_long(self) -> None:
+        """The awaited job ran ``LOOK_MS`` more: revoke the jobs behind it; all of them once signalled.
+
+        The child reports those it has not started (``SKIPPED``), which the
+        slot gives to other slots, or hands back once the worker is signalled.
+        """
+        if self.signalled is not None and self.signalled.is_set() and not self._signal_seen:
+            self._signal_seen = True
+            if self.on_signalled is not None:
+                self.on_signalled()
+            self._revoke(list(self._unanswered))
+        elif not self._revoked:
+            self._revoked = True
+            if self.on_seconds is not None:
+                self.on_seconds(LOOK_MS / 1000)  # a long job: no more prefetching for now
+            self._revoke([claim for claim in self._unanswered if claim != self._awaited])
+
+    def _revoke(self, claims: list[Claim]) -> None:
+        if not claims:
             return
-        self._revoked = True
-        if self.on_signalled is not None:
-            self.on_signalled()
-        claims = list(self._unanswered)
-        if claims:
-            with self._control_lock:
-                try:
-                    self._control.send((REVOKE, claims))
-                except (OSError, ValueError):
-                    pass  # the child is gone: its death ends the wait
+        with self._control_lock:
+            try:
+                self._control.send((REVOKE, claims))
+            except (OSError, ValueError):
+                pass  # the child is gone: its death ends the wait
 
     def tell(self, claim: Claim, reason: StopReason) -> None:
         """Tell the job of ``claim``, if it runs in the child or has yet to, to stop for ``reason``."""

@@ -88,10 +88,12 @@ class Slots:
         """The jobs the worker claims for: one per slot; under ``--pool processes``, two batches per child.
 
         A child's next batch waits in the hand-off queue while it runs one, so
-        that it never waits for a claim round between two batches.
+        that it never waits for a claim round between two batches. Jobs of
+        one at a time (long ones) are not prefetched at all: one per slot.
         """
-        if self.config.pool == "processes":
-            return self._count * self.depth.value * 2
+        depth = self.depth.value
+        if self.config.pool == "processes" and depth > 1:
+            return self._count * depth * 2
         return self._count
 
     # -- start -----------------------------------------------------------------
@@ -124,7 +126,7 @@ class Slots:
         )
         child.start()
         child.on_seconds = self.depth.note
-        child.on_unstarted = self._hand_back
+        child.on_unstarted = self._unstarted
         child.on_signalled = self._hand_back_waiting
         return child
 
@@ -176,7 +178,7 @@ class Slots:
                 continue
             child.send(jobs)
             for job in jobs:
-                if not child.handed_back(job):
+                if not child.taken_back(job):
                     self._run_one(job, child)
             child = self._renewed(number, child)
 
@@ -197,6 +199,13 @@ class Slots:
         # _acks_written); anything else frees it here.
         if outcome is not Outcome.PENDING and self.running.remove(job):
             self.wake()
+
+    def _unstarted(self, job: Job) -> None:
+        """A job that its child skipped behind a long one: to another slot; handed back once signalled."""
+        if self.signalled.is_set():
+            self._hand_back(job)
+        else:
+            self._handoff.put(job)  # still claimed, still held
 
     def _hand_back_waiting(self) -> None:
         """The worker was signalled: hand back, now, the jobs no slot has taken yet."""
