@@ -355,7 +355,13 @@ def _stop(running: _Running, claim: Claim, reason: StopReason) -> None:
 
 
 def _revoke(running: _Running, sender: _Sender, claims: Sequence[Claim]) -> None:
-    """Skip the jobs of ``claims`` not started yet, and tell the parent which those are at once."""
+    """Skip the jobs of ``claims`` not started yet, and tell the parent which those are at once.
+
+    The parent always revokes every job of the batch after a given one, so the
+    jobs skipped are the batch's last ones: no answer ever comes after the
+    report of a skipped job, and the parent, which pairs answers with jobs by
+    their order, never takes one job's answer for another's.
+    """
     with running.lock:
         skipped = [claim for claim in claims if claim in running.pending]
         running.pending.difference_update(skipped)
