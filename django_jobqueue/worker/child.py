@@ -70,7 +70,6 @@ from .pipes import (
     Claim,
     datetime_indexes,
     datetimes_from_timestamps,
-    dumps,
 )
 
 if TYPE_CHECKING:  # imported once Django is set up: the child may be the one to set it up
@@ -127,9 +126,8 @@ class _Sender:
         self._lock = threading.Lock()
 
     def send(self, message: Any) -> None:
-        data = dumps(message)
         with self._lock:
-            self.jobs.send_bytes(data)
+            self.jobs.send(message)
 
 
 def main(jobs: Connection, control: Connection, worker_id: str, using: str, verbosity: int) -> None:

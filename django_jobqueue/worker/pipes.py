@@ -12,7 +12,6 @@ set Django up.
 from __future__ import annotations
 
 import os
-import pickle
 import select
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -55,29 +54,24 @@ def datetimes_from_timestamps(values: list[Any], indexes: Sequence[int]) -> list
     return values
 
 
-def dumps(message: Any) -> bytes:
-    """``message`` as the other end's ``Connection.recv`` reads it (``send_bytes`` of this).
-
-    Plain ``pickle``: ``Connection.send``'s ``ForkingPickler`` sets up
-    reducers for sockets and file descriptors on every call, which no batch
-    or answer holds.
-    """
-    return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-
-
 class Messages:
     """A child's messages as its worker reads them: every message waiting taken in one read.
 
     ``Connection.recv`` reads a message's length, then its bytes: two system
     calls per answer, each a release and a new wait for the GIL in a worker
     whose threads all want it. Here one read takes all the answers the child
-    sent meanwhile (the frames of ``Connection.send_bytes``), and a message
+    sent meanwhile (the frames of ``Connection.send``), and a message
     is waited for (``poll``) only when none is left in hand; the wait also
     watches the child's sentinel, since a job that forked may keep the pipe
     open after the child died.
     """
 
     def __init__(self, connection: Connection, sentinel: int) -> None:
+        # What Connection.recv unpickles with (pickle's own loads), imported with the first child:
+        # a worker of the thread pool never imports multiprocessing.
+        from multiprocessing.reduction import ForkingPickler
+
+        self._loads = ForkingPickler.loads
         self._fd = connection.fileno()
         self._poller = select.poll()
         self._poller.register(self._fd, select.POLLIN)
@@ -123,4 +117,4 @@ class Messages:
         if len(data) - start < size:
             return _NOTHING
         self._at = start + size
-        return pickle.loads(data[start : start + size])  # noqa: S301 - from our own child, as Connection.recv
+        return self._loads(data[start : start + size])

@@ -38,7 +38,6 @@ from .pipes import (
     Claim,
     Messages,
     datetime_indexes,
-    dumps,
 )
 from .progress import ProgressReport
 
@@ -220,7 +219,7 @@ class Child:
         self._signal_seen = False
         self._gone = ""
         try:
-            self._jobs.send_bytes(dumps([job_values(job) for job in jobs]))
+            self._jobs.send([job_values(job) for job in jobs])
         except (OSError, ValueError) as exc:
             # The child died between batches: none of these started, so they are handed back,
             # their attempts not counted, and the slot gets a new child.
