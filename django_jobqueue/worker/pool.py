@@ -2,15 +2,20 @@
 
 The worker process keeps everything that touches claims: the claiming loop,
 the heartbeat, the acks (through the completer), the watchdog. A slot's thread
-sends its child one job at a time and waits for the verdict (``child.py``), so
-CPU-bound jobs use every core, and a job that must be stopped by force can be:
-its child is killed and a fresh one takes the slot.
+sends its child a batch of jobs in one message, then waits for each job's
+answer in turn, as the child runs them one at a time (``child.py``), and runs
+each through the executor as for a single job: CPU-bound jobs use every core,
+short jobs cost no round trip each, and a job that must be stopped by force
+can be: its child is killed and a fresh one takes the slot. A job that runs
+long (``LOOK_MS``) gives the jobs behind it back to the slots; a signal hands
+them back to the queue.
 
 Children are forked from a fork server that set Django up once
 (``preload.py``), so a new one is ready in milliseconds. A child is replaced
-between jobs when it ran ``--max-jobs-per-child`` jobs, when its resident
-memory passed ``--max-memory-per-child`` MB, when a job in it was interrupted
-or timed out (its state may be anything), and when it died.
+between batches when it ran ``--max-jobs-per-child`` jobs (a batch never
+takes it past them), when its resident memory passed
+``--max-memory-per-child`` MB, when a job in it was interrupted or timed out
+(its state may be anything), and when it died.
 """
 
 from __future__ import annotations

@@ -5,9 +5,14 @@ it and runs it (``executor.py``). Slots are numbered from 0 as they start, and
 a number is never reused.
 
 - With ``--pool processes`` each slot feeds a child process of its own
-  (``pool.py``), started before the slot, replaced between jobs when it is
-  worn out, and let exit when the slot does; the drain kills those still
-  running a job.
+  (``pool.py``), started before the slot, replaced between batches when it
+  is worn out, and let exit when the slot does; the drain kills those still
+  running a job. A slot takes a batch of jobs at once (``prefetch.py``: up
+  to the depth, and its share of those waiting), hands it to its child in
+  one message and writes each job's outcome as its answer comes. The
+  claimer claims for two batches per child (``capacity``); jobs of a batch
+  that the child skipped go back to the hand-off queue, or, once the worker
+  is signalled, back to the queue at once, with those no slot has taken.
 - With ``--concurrency MIN:MAX`` the claimer asks, each round, for a resize
   (``autoscale.py`` decides): growing starts new slots (and their children)
   before the claim that fills them; shrinking puts a stop token in the
@@ -17,7 +22,8 @@ a number is never reused.
   nor run a job twice. The slot count is written on the worker row, for the
   admin.
 - Stopping puts one stop token per slot ever started: every slot still
-  running exits once its job is done.
+  running exits once its job (or batch) is done. A slot that takes a stop
+  token along with jobs runs them, then exits.
 """
 
 from __future__ import annotations
