@@ -44,6 +44,7 @@ FULL = {
     # --pool processes against the thread pool (bench/processes.py).
     "pool_concurrencies": [2, 4],
     "pool_judged_concurrency": 4,  # where issue 15's bars are read: see docs/performance.md
+    "pool_raw_concurrency": 4,  # where issue 19's bar (no-op drain vs raw claim+ack) is read
     "pool_cpu_jobs": 1_000,
     "pool_noop_jobs": 5_000,
     "pool_memory_concurrency": 8,
@@ -194,8 +195,9 @@ def main() -> None:
             print(report.render("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples))
             print()
         if "pool" in cfg["parts"]:
-            print(report.render("PostgreSQL: --pool processes", report.pool_rows(samples, cfg), samples))
-            print()
+            rows = report.pool_rows(samples, cfg)
+            print(report.render("PostgreSQL: --pool processes", rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}\n")
         if "flow" in cfg["parts"]:
             title = f"PostgreSQL: flow control, {cfg['flow_jobs']:,} jobs over {cfg['flow_keys']:,} keys"
             rows = report.flow_rows(samples, cfg)

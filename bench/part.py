@@ -153,8 +153,14 @@ def measure_queue(cfg: dict[str, Any], url: str, samples: Samples) -> None:
 
 
 def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
-    """``--pool processes`` against the thread pool at the same concurrency, run after run."""
+    """``--pool processes`` against the thread pool at the same concurrency, run after run.
+
+    The no-op drains are also read against the raw baseline's claim-and-ack
+    in batches of 100, of as many jobs, measured in the same run right before
+    them, so that both meet the same load.
+    """
     env = worker_env(url)
+    info = conninfo(url)
     loops, took = processes.calibrate_spin()
     samples["spin_ms"].append(took * 1000)
     say(f"pool: bench.spin({loops:,}) takes {took * 1000:.2f} ms here")
@@ -164,19 +170,24 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
         samples["spin_1_process"].append(processes.spin_rate(1, loops))
         samples["spin_2_processes"].append(processes.spin_rate(2, loops))
         for concurrency in cfg["pool_concurrencies"]:
+            raw_key = f"pool_raw_claim_ack_100_c{concurrency}"
             for pool in ("threads", "processes"):
                 args = [f"--concurrency={concurrency}", f"--pool={pool}"]
                 processes.fill_spin(n_cpu, loops)
                 result = drain(args, env)
                 check_drained(result.done, n_cpu, concurrency)
                 samples[f"cpu_{pool}_c{concurrency}"].append(result.rate)
+                baseline = ""
+                if pool == "processes":
+                    samples[raw_key].append(raw.claim_and_ack(info, n_noop, 100))
+                    baseline = f" (raw claim+ack batch 100 just before: {samples[raw_key][-1]:,.0f}/s)"
                 ours.fill(n_noop)
                 result = drain(args, env)
                 check_drained(result.done, n_noop, concurrency)
                 samples[f"noop_{pool}_c{concurrency}"].append(result.rate)
                 say(
                     f"  {pool} c={concurrency}: cpu {samples[f'cpu_{pool}_c{concurrency}'][-1]:,.0f} jobs/s, "
-                    f"no-op {result.rate:,.0f} jobs/s"
+                    f"no-op {result.rate:,.0f} jobs/s{baseline}"
                 )
         concurrency = cfg["pool_memory_concurrency"]
         for pool in ("threads", "processes"):
@@ -200,6 +211,8 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
                 f"  memory, {pool} c={concurrency}: worker RSS {tree.worker.rss / mb:.0f} MB, "
                 f"PSS of its tree {tree.total_pss / mb:.0f} MB"
             )
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {raw.TABLE}")
 
 
 def measure_against(cfg: dict[str, Any], samples: Samples) -> None:

@@ -192,6 +192,18 @@ def pool_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
                 *noop,
             ),
         ]
+    # Issue 19's bar: the process pool's no-op drain against the raw baseline, measured right before it.
+    for concurrency in cfg["pool_concurrencies"]:
+        bar: Target = ("≥ 0.6×", _ratio(0.6)) if concurrency == cfg["pool_raw_concurrency"] else ("", None)
+        rows.append(
+            Row(
+                f"no-op drain, --pool processes at --concurrency {concurrency} vs raw claim+ack batch 100",
+                f"noop_processes_c{concurrency}",
+                f"pool_raw_claim_ack_100_c{concurrency}",
+                "/s",
+                *bar,
+            )
+        )
     slots = cfg["pool_memory_concurrency"]
     rows += [
         Row(f"thread pool, --concurrency {slots}: worker RSS", "mem_threads_rss", None, "MB"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,15 @@ def stubborn(ctx: JobContext, path: str, seconds: float = 60.0) -> str:
             note(path, "swallowed", ctx, error=type(exc).__name__)
     note(path, "end", ctx)
     return "outlasted"
+
+
+@job(name="workers.crash", takes_context=True)
+def crash(ctx: JobContext, path: str) -> str:
+    """On its first attempt, kill the process running it at once, as a segmentation fault would."""
+    note(path, "start", ctx)
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
 
 
 @job(name="workers.pid", takes_context=True)

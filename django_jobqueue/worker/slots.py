@@ -5,9 +5,14 @@ it and runs it (``executor.py``). Slots are numbered from 0 as they start, and
 a number is never reused.
 
 - With ``--pool processes`` each slot feeds a child process of its own
-  (``pool.py``), started before the slot, replaced between jobs when it is
-  worn out, and let exit when the slot does; the drain kills those still
-  running a job.
+  (``pool.py``), started before the slot, replaced between batches when it
+  is worn out, and let exit when the slot does; the drain kills those still
+  running a job. A slot takes a batch of jobs at once (``prefetch.py``: up
+  to the depth, and its share of those waiting), hands it to its child in
+  one message and writes each job's outcome as its answer comes. The
+  claimer claims for two batches per child (``capacity``); jobs of a batch
+  that the child skipped go back to the hand-off queue, or, once the worker
+  is signalled, back to the queue at once, with those no slot has taken.
 - With ``--concurrency MIN:MAX`` the claimer asks, each round, for a resize
   (``autoscale.py`` decides): growing starts new slots (and their children)
   before the claim that fills them; shrinking puts a stop token in the
@@ -17,13 +22,13 @@ a number is never reused.
   nor run a job twice. The slot count is written on the worker row, for the
   admin.
 - Stopping puts one stop token per slot ever started: every slot still
-  running exits once its job is done.
+  running exits once its job (or batch) is done. A slot that takes a stop
+  token along with jobs runs them, then exits.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +43,7 @@ from .executor import Executor
 from .outage import DATABASE_ERRORS
 from .outcomes import Outcome
 from .pool import Child, ChildStartError
+from .prefetch import Depth, HandOff
 from .running import RunningJobs
 
 logger = logging.getLogger(__name__)
@@ -62,7 +68,9 @@ class Slots:
         self.wake = wake  # wakes the claimer: a slot is free
         self.signalled = signalled  # set by a signal: hand jobs back instead of running them
         # A job for any idle slot, or None: the slot that takes it exits (retired, or stopping).
-        self._handoff: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._handoff: HandOff[Job] = HandOff()
+        # --pool processes: how many jobs a slot hands its child at once (prefetch.py).
+        self.depth = Depth()
         self._threads: dict[int, threading.Thread] = {}  # every slot started, by number; never reused
         self._count = config.concurrency  # the slots claims are made for; retiring ones left out
         self._children: dict[int, Child] = {}  # --pool processes: each live slot's child, by slot number
@@ -78,7 +86,20 @@ class Slots:
 
     @property
     def count(self) -> int:
-        """The slots the worker claims for now: ``--concurrency``, or within its MIN:MAX."""
+        """The slots the worker runs now: ``--concurrency``, or within its MIN:MAX."""
+        return self._count
+
+    @property
+    def capacity(self) -> int:
+        """The jobs the worker claims for: one per slot; under ``--pool processes``, two batches per child.
+
+        A child's next batch waits in the hand-off queue while it runs one, so
+        that it never waits for a claim round between two batches. Jobs of
+        one at a time (long ones) are not prefetched at all: one per slot.
+        """
+        depth = self.depth.value
+        if self.config.pool == "processes" and depth > 1:
+            return self._count * depth * 2
         return self._count
 
     # -- start -----------------------------------------------------------------
@@ -102,9 +123,17 @@ class Slots:
     def _new_child(self, number: int) -> Child:
         config = self.config
         child = Child(
-            f"jobqueue-child-{number}", config.worker_id, config.using, config.verbosity, config.child_limits
+            f"jobqueue-child-{number}",
+            config.worker_id,
+            config.using,
+            config.verbosity,
+            config.child_limits,
+            self.signalled,
         )
         child.start()
+        child.on_seconds = self.depth.note
+        child.on_unstarted = self._unstarted
+        child.on_signalled = self._hand_back_waiting
         return child
 
     def _start_slot(self, number: int) -> None:
@@ -120,27 +149,75 @@ class Slots:
     # -- a slot ----------------------------------------------------------------
 
     def _run(self, number: int) -> None:
-        child = self._children.get(number)
-        pooled = self.config.pool == "processes"
         try:
-            while (job := self._handoff.get()) is not None:
-                outcome = None
-                try:
-                    if self.signalled.is_set() or (pooled and child is None):
-                        outcome = self.executor.hand_back(job)
-                    else:
-                        outcome = self.executor.run(job, child)
-                finally:
-                    # An ack batched with a claim frees its job's slot once written (the supervisor's
-                    # _acks_written); anything else frees it here.
-                    if outcome is not Outcome.PENDING and self.running.remove(job):
-                        self.wake()
-                if child is not None:
-                    child = self._renewed(number, child)
+            if self.config.pool == "processes":
+                self._run_batches(number)
+            else:
+                self._run_jobs()
         finally:
             # Retired or stopping: nothing is handed to this slot any more.
             self._retire_child_of(number)
             connections.close_all()
+
+    def _run_jobs(self) -> None:
+        """The thread pool's slot: one job at a time, in this thread."""
+        while (job := self._handoff.get()) is not None:
+            if self.signalled.is_set():
+                self._hand_back(job)
+            else:
+                self._run_one(job, None)
+
+    def _run_batches(self, number: int) -> None:
+        """The process pool's slot: batches of jobs handed to its child, each job's outcome written here."""
+        child = self._children.get(number)
+        stopping = False
+        while not stopping:
+            most = self.depth.value
+            if child is not None and (left := child.jobs_left()) is not None:
+                most = max(1, min(most, left))
+            jobs, stopping = self._handoff.take(most)
+            if not jobs:
+                continue
+            if self.signalled.is_set() or child is None:
+                for job in jobs:
+                    self._hand_back(job)
+                continue
+            child.send(jobs)
+            for job in jobs:
+                if not child.taken_back(job):
+                    self._run_one(job, child)
+            child = self._renewed(number, child)
+
+    def _run_one(self, job: Job, child: Child | None) -> None:
+        """Run ``job`` (in ``child``, or in this thread); then free its slot unless its ack is pending."""
+        outcome = None
+        try:
+            outcome = self.executor.run(job, child)
+        finally:
+            self._freed(job, outcome)
+
+    def _hand_back(self, job: Job) -> None:
+        """Give ``job`` back unstarted (a signal, or its child skipped it), and free its slot."""
+        self._freed(job, self.executor.hand_back(job))
+
+    def _freed(self, job: Job, outcome: Outcome | None) -> None:
+        # An ack batched with a claim frees its job's slot once written (the supervisor's
+        # _acks_written); anything else frees it here.
+        if outcome is not Outcome.PENDING and self.running.remove(job):
+            self.wake()
+
+    def _unstarted(self, job: Job) -> None:
+        """A job that its child skipped behind a long one: to another slot; handed back once signalled."""
+        if self.signalled.is_set():
+            self._hand_back(job)
+        else:
+            self._handoff.put(job)  # still claimed, still held
+
+    def _hand_back_waiting(self) -> None:
+        """The worker was signalled: hand back, now, the jobs no slot has taken yet."""
+        jobs, _tokens = self._handoff.waiting()
+        for job in jobs:
+            self._hand_back(job)
 
     def _retire_child_of(self, number: int) -> None:
         # Taken out first, so that the drain's retire_children never kills one being retired here.

@@ -314,8 +314,9 @@ class Supervisor:
                 # first ack paying a round trip alone.
                 self.completer.wait_for(held - len(acks), ACK_LINGER)
                 acks += self.completer.take()
-            # The slots of the jobs acked in this round are free once it commits.
-            free = self.slots.count - held + len(acks)
+            # The slots of the jobs acked in this round are free once it commits (under --pool
+            # processes, a slot holds as many jobs as its child's batch may: Slots.capacity).
+            free = self.slots.capacity - held + len(acks)
             if self.config.max_jobs is not None:
                 free = min(free, self.config.max_jobs - self.started)
             if free > 0 or acks:
