@@ -214,9 +214,10 @@ def _keyed_candidates(
     size = window_size(limit)
     if not flow.walk_next:
         pick.ctes.append(
-            f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE {due} AND {scope} ORDER BY {_ORDER} LIMIT %s)"
+            f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE {due} AND {scope} ORDER BY {_ORDER} "
+            f"LIMIT {int(size)})"
         )
-        pick.params += [*scope_params, size]
+        pick.params += scope_params
         return
     # Keys in key order after the last one visited: one probe of jobqueue_key_ready_idx each.
     next_key = (
@@ -231,11 +232,11 @@ def _keyed_candidates(
     pick.ctes.append(
         f"walk(key, visited) AS (SELECT {next_key.format(after='%s')}, 1 "
         f"UNION ALL SELECT {next_key.format(after='walk.key')}, visited + 1 FROM walk "
-        "WHERE walk.key IS NOT NULL AND visited < %s), "
+        f"WHERE walk.key IS NOT NULL AND visited < {int(size)}), "
         f"heads AS (SELECT {head} AS id FROM walk WHERE walk.key IS NOT NULL), "
         f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE id IN (SELECT id FROM heads) AND {due})"
     )
-    pick.params += [flow.walk_after, size, *scope_params]
+    pick.params += [flow.walk_after, *scope_params]
     # NULL once the walk ran off the last key: the next walk starts from the first.
     pick.walked = "(SELECT key FROM walk ORDER BY visited DESC LIMIT 1)"
 
@@ -255,9 +256,10 @@ def _unkeyed_candidates(
         branches.append(
             f"SELECT * FROM (SELECT {_CANDIDATE} FROM {jobs} WHERE status = 'ready' "
             f"AND concurrency_key IS NULL AND run_at <= {engine.now} AND queue = %s "
-            f"AND {not_paused('%s')} ORDER BY {_ORDER} LIMIT %s) AS branch"
+            f"AND {not_paused('%s')} ORDER BY {_ORDER} LIMIT {int(min(shares.get(queue, limit), limit))}) "
+            "AS branch"
         )
-        pick.params += [queue, queue, min(shares.get(queue, limit), limit)]
+        pick.params += [queue, queue]
     if not branches:
         # No limited queue: an empty set of the candidates' shape, reading no table.
         branches.append("SELECT * FROM keyed WHERE 1 = 0")

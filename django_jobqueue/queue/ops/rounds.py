@@ -194,9 +194,9 @@ def _limited_round(
     params = [*pick.params, *plain_params]
     ctes.append(
         "picked AS MATERIALIZED (SELECT id FROM (SELECT id, priority, run_at FROM admitted UNION ALL "
-        f"SELECT id, priority, run_at FROM plain) AS eligible ORDER BY {CLAIM_ORDER} LIMIT %s)"
+        f"SELECT id, priority, run_at FROM plain) AS eligible ORDER BY {CLAIM_ORDER} "
+        f"LIMIT {int(round_.limit)})"
     )
-    params.append(round_.limit)
     with_ = "WITH RECURSIVE " if pick.recursive else "WITH "
     marker_sql = _flow_marker(keyed_seen=KEYED_SEEN, held=pick.held, walked=pick.walked)
     served = limited_queues(round_.queue_limits, round_.limits)
