@@ -21,6 +21,8 @@ prune first (``manage.py jobqueue prune``) to shorten it.
 Other databases keep one table with every index; the migration does nothing there.
 """
 
+from collections.abc import Callable
+
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
@@ -77,27 +79,23 @@ def partition(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
         return
     job = apps.get_model("django_jobqueue", "Job")
     table = str(job._meta.db_table)
-    old, new = f"{table}_unpartitioned", f"{table}_partitioned"
-    run = schema_editor.execute
-    next_id = _next_id(schema_editor, table)
-    run(f"ALTER TABLE {table} RENAME TO {old}")
-    run(
-        f"CREATE TABLE {new} (LIKE {old} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY LIST (status)"
-    )
-    run(
-        f"CREATE TABLE {table}_live PARTITION OF {new} FOR VALUES IN ({_literals(LIVE_STATUSES)}) "
-        f"WITH ({_options(LIVE_STORAGE)})"
-    )
-    run(
-        f"CREATE TABLE {table}_finished PARTITION OF {new} FOR VALUES IN ({_literals(FINISHED_STATUSES)}) "
-        f"WITH ({_options(FINISHED_STORAGE)})"
-    )
-    run(f"INSERT INTO {new} SELECT * FROM {old}")
-    run(f"DROP TABLE {old}")
-    run(f"ALTER TABLE {new} RENAME TO {table}")
-    _add_identity(schema_editor, table, next_id)
+
+    def partitioned(new: str, old: str) -> None:
+        schema_editor.execute(f"CREATE TABLE {new} ({LIKE.format(old)}) PARTITION BY LIST (status)")
+        for part, statuses, storage in (
+            ("live", LIVE_STATUSES, LIVE_STORAGE),
+            ("finished", FINISHED_STATUSES, FINISHED_STORAGE),
+        ):
+            schema_editor.execute(
+                f"CREATE TABLE {table}_{part} PARTITION OF {new} FOR VALUES IN ({_literals(statuses)}) "
+                f"WITH ({_options(storage)})"
+            )
+
+    _rebuild(schema_editor, table, partitioned)
     for part in ("live", "finished"):
-        run(f"ALTER TABLE {table}_{part} ADD CONSTRAINT {table}_{part}_pkey PRIMARY KEY (id)")
+        schema_editor.execute(
+            f"ALTER TABLE {table}_{part} ADD CONSTRAINT {table}_{part}_pkey PRIMARY KEY (id)"
+        )
     for index in [*job._meta.indexes, *_unique_indexes(job)]:
         parts = ["live"] if index.name in LIVE_ONLY else ["finished"] if index.name in FINISHED_ONLY else []
         for part in parts or ["live", "finished"]:
@@ -105,10 +103,10 @@ def partition(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
             statement = index.create_sql(job, schema_editor)
             statement.rename_table_references(table, f"{table}_{part}")
             statement.parts["name"] = schema_editor.quote_name(f"{index.name}_{part}")
-            run(statement)
+            schema_editor.execute(statement)
         if not parts:
-            run(index.create_sql(job, schema_editor))
-    run(f"ANALYZE {table}")
+            schema_editor.execute(index.create_sql(job, schema_editor))
+    schema_editor.execute(f"ANALYZE {table}")
 
 
 def unpartition(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
@@ -116,19 +114,31 @@ def unpartition(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> Non
         return
     job = apps.get_model("django_jobqueue", "Job")
     table = str(job._meta.db_table)
-    old, new = f"{table}_partitioned", f"{table}_unpartitioned"
-    run = schema_editor.execute
-    next_id = _next_id(schema_editor, table)
-    run(f"ALTER TABLE {table} RENAME TO {old}")
-    run(f"CREATE TABLE {new} ({LIKE.format(old)}) WITH ({_options(LIVE_STORAGE)})")
-    run(f"INSERT INTO {new} SELECT * FROM {old}")
-    run(f"DROP TABLE {old}")
-    run(f"ALTER TABLE {new} RENAME TO {table}")
-    _add_identity(schema_editor, table, next_id)
-    run(f"ALTER TABLE {table} ADD CONSTRAINT {table}_pkey PRIMARY KEY (id)")
+
+    def plain(new: str, old: str) -> None:
+        schema_editor.execute(f"CREATE TABLE {new} ({LIKE.format(old)}) WITH ({_options(LIVE_STORAGE)})")
+
+    _rebuild(schema_editor, table, plain)
+    schema_editor.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_pkey PRIMARY KEY (id)")
     for index in [*job._meta.indexes, *_unique_indexes(job)]:
-        run(index.create_sql(job, schema_editor))
-    run(f"ANALYZE {table}")
+        schema_editor.execute(index.create_sql(job, schema_editor))
+    schema_editor.execute(f"ANALYZE {table}")
+
+
+def _rebuild(schema_editor: BaseDatabaseSchemaEditor, table: str, create: Callable[[str, str], None]) -> None:
+    """Replace ``table`` by the one ``create(new_name, old_name)`` makes, with every row and its id.
+
+    The id column becomes an identity again, its sequence going on from where
+    the old one was; the new table has no index yet.
+    """
+    old, new = f"{table}_old", f"{table}_new"
+    next_id = _next_id(schema_editor, table)
+    schema_editor.execute(f"ALTER TABLE {table} RENAME TO {old}")
+    create(new, old)
+    schema_editor.execute(f"INSERT INTO {new} SELECT * FROM {old}")
+    schema_editor.execute(f"DROP TABLE {old}")
+    schema_editor.execute(f"ALTER TABLE {new} RENAME TO {table}")
+    _add_identity(schema_editor, table, next_id)
 
 
 def _unique_indexes(job: type[Model]) -> list[UniqueConstraint]:

@@ -101,9 +101,8 @@ def complete_held_back(
         releasing: list[int] = []
         for chunk in batched(rest, ROWS_PER_STATEMENT):
             if engine.supports_array_params:
-                rows = run_bound(
-                    using, *complete_arrays_statement(engine, worker_id, chunk, keep, plain=False)
-                )
+                cte = complete_arrays_cte(engine, worker_id, chunk, keep, plain=False)
+                rows = run_bound(using, *acked_statement(cte))
             else:
                 rows = _ack_values(cursor, engine, worker_id, chunk, keep, plain=False)
             for job_id, token, has_dependents in rows:
@@ -150,7 +149,7 @@ def complete_many(
         return set()
     engine = engine_for(connections[using])
     if engine.supports_array_params:
-        sql, params = complete_arrays_statement(engine, worker_id, completions, keep)
+        sql, params = acked_statement(complete_arrays_cte(engine, worker_id, completions, keep))
         acked = {(row[0], row[1]) for row in run_bound(using, sql, params)}
         return acked | complete_held_back(using, worker_id, completions, acked, keep)
     cursor, engine = cursor_and_engine(using)
@@ -197,21 +196,10 @@ def _ack_values(
     return list(cursor.fetchall())
 
 
-def complete_arrays_statement(
-    engine: Engine,
-    worker_id: str,
-    completions: Sequence[tuple[int, int, str | None]],
-    keep: bool,
-    plain: bool = True,
-) -> tuple[str, list[Any]]:
-    """``complete_many``'s statement where the engine takes arrays: the batch as three, however long it is.
-
-    ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
-    ``complete_held_back`` that acks jobs with dependents too and says which.
-    Its rows are ``complete_arrays_cte``'s.
-    """
-    cte, params = complete_arrays_cte(engine, worker_id, completions, keep, plain)
-    return f"WITH {cte} SELECT * FROM acked", params
+def acked_statement(cte: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
+    """``complete_arrays_cte``'s items as one statement of their own, its rows those of ``acked``."""
+    sql, params = cte
+    return f"WITH {sql} SELECT * FROM acked", params
 
 
 def complete_arrays_cte(
@@ -221,10 +209,14 @@ def complete_arrays_cte(
     keep: bool,
     plain: bool = True,
 ) -> tuple[str, list[Any]]:
-    """``complete_arrays_statement`` as ``WITH`` items ending in ``acked``: one row per claim acked,
-    its ``id, claim_token`` (and, unless ``plain``, ``has_dependents``).
+    """``complete_many``'s statement where the engine takes arrays, the batch as three however long
+    it is: ``WITH`` items ending in ``acked``, one row per claim acked, its ``id, claim_token``
+    (and, unless ``plain``, ``has_dependents``).
 
-    A worker's round puts them before its claim, in one statement.
+    ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
+    ``complete_held_back`` that acks jobs with dependents too and says which.
+    A worker's round puts them before its claim, in one statement; elsewhere
+    they are a statement of their own (``acked_statement``).
     """
     ids = [job_id for job_id, _token, _result in completions]
     tokens = [token for _job_id, token, _result in completions]

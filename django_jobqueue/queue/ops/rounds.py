@@ -22,7 +22,7 @@ from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
 from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
-from .claims import complete_arrays_cte, complete_arrays_statement, complete_held_back, complete_many
+from .claims import acked_statement, complete_arrays_cte, complete_held_back, complete_many
 from .limited import (
     KEYED_SEEN,
     NOT_PAUSED_ROW,
@@ -216,7 +216,9 @@ def _limited_round(
             statements.append((engine.commit_mode_sql, [round_.synchronous_commit]))
         acks_at = len(statements)
         if completions:
-            statements.append(complete_arrays_statement(engine, round_.worker_id, completions, keep))
+            statements.append(
+                acked_statement(complete_arrays_cte(engine, round_.worker_id, completions, keep))
+            )
         statements.append((sql, sql_params))
         results = run_in_transaction(using, statements)
         acked = {(row[0], row[1]) for row in results[acks_at]} if completions else set()
