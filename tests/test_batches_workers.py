@@ -30,6 +30,10 @@ def test_two_workers_run_a_batch_and_its_callback_once(queue, start_worker, even
 
     [callback] = wait_until(called_back, 30, "the batch's callback")
     for worker in workers:
+        # A worker still importing Django has no SIGTERM handler yet; on a
+        # loaded machine the other one may have run the whole batch by then.
+        worker.wait_started()
+    for worker in workers:
         worker.send(signal.SIGTERM)
     for worker in workers:
         assert worker.wait() == 0, worker.log()

@@ -99,6 +99,7 @@ def fired_lines(workers: Sequence[WorkerProcess], name: str) -> list[str]:
 
 def stop(*workers: WorkerProcess) -> None:
     for worker in workers:
+        worker.wait_started()  # before its SIGTERM handler, a signal would just kill it
         worker.send(signal.SIGTERM)
     for worker in workers:
         assert worker.wait(30) == 0, worker.log()
