@@ -171,13 +171,15 @@ def one_snapshot(using: str) -> Iterator[None]:
     stay statement by statement (see its engine's ``snapshot_read``).
     """
     connection = connections[using]
-    statement = engine_for(connection).snapshot_read
-    if statement is None or connection.in_atomic_block:
+    engine = engine_for(connection)
+    if engine.snapshot_read is None or connection.in_atomic_block:
         yield
         return
     with transaction.atomic(using=using):
         with connection.cursor() as cursor:
-            cursor.execute(statement)
+            cursor.execute(engine.snapshot_read)
+            if engine.snapshot_plans is not None:
+                cursor.execute(engine.snapshot_plans)
         yield
 
 

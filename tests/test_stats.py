@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from django_jobqueue import stats
@@ -88,3 +89,19 @@ def test_describe_limits():
     assert stats.describe_limits(QueueLimits()) == "—"
     assert stats.describe_limits(QueueLimits(12000, Rate(100, 60))) == "12,000 at once, 100/m"
     assert stats.describe_limits(QueueLimits(rate=Rate(5, 1))) == "5/s"
+
+
+def test_the_figures_are_read_in_one_snapshot_planned_for_their_indexes(postgresql_only, transactional_db):
+    """The figures' transaction rules out table scans and JIT, and only that transaction does."""
+
+    def settings() -> tuple[str, str, str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('transaction_isolation'), "
+                           "current_setting('enable_seqscan'), current_setting('jit')")  # fmt: skip
+            return cursor.fetchone()
+
+    outside = settings()
+    with stats.one_snapshot("default"):
+        assert settings() == ("repeatable read", "off", "off")
+    assert settings() == outside
+    assert outside[1] == "on"

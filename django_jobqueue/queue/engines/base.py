@@ -73,6 +73,8 @@ class Engine:
     # The first statement of a read-only transaction whose reads must all see one
     # snapshot of the database; None where reads are left statement by statement.
     snapshot_read: str | None = None
+    # Run right after ``snapshot_read``: a setting for that transaction's plans.
+    snapshot_plans: str | None = None
     # A SELECT that sets synchronous_commit for the rest of the transaction, from
     # one parameter (a worker's rounds: JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]);
     # None where the database has no such setting.
