@@ -144,7 +144,7 @@ _NEW_JOB_FRESH = [(index, make) for index, f in enumerate(JOB_FIELDS) if (make :
 _ATTNAME_INDEX = {attname: index for index, attname in enumerate(_JOB_ATTNAMES)}
 NEW_JOB_DEFAULTS = dict(zip(_JOB_ATTNAMES, _NEW_JOB_TEMPLATE, strict=True))
 # What get_default() calls for a callable default (dict, list), called directly.
-_NEW_JOB_FRESH_BY_NAME = [(f.attname, f.default) for f in JOB_FIELDS if _default_maker(f)]
+NEW_JOB_FRESH_BY_NAME = [(f.attname, f.default) for f in JOB_FIELDS if _default_maker(f)]
 
 
 def jobs_from_values(
@@ -166,7 +166,7 @@ def jobs_from_values(
     if init_signals_listened(Job):
         return [loaded_job(using, _full_row({**shared, **values})) for values in rows]
     template = {**NEW_JOB_DEFAULTS, **shared}
-    fresh = [(attname, make) for attname, make in _NEW_JOB_FRESH_BY_NAME if attname not in shared]
+    fresh = [(attname, make) for attname, make in NEW_JOB_FRESH_BY_NAME if attname not in shared]
     jobs = []
     for values in rows:
         # One copy of the template, then the job's own values: cheaper than filling the instance's dict.

@@ -222,7 +222,14 @@ class Reporter(Service):
     ) -> None:
         if self._holding:
             self._held.append((batch, acked, error))
-        elif self._running:
+        else:
+            self._pass_on(batch, acked, error)
+
+    def _pass_on(
+        self, batch: list[PendingAck], acked: set[tuple[int, int]], error: BaseException | None
+    ) -> None:
+        """To the reporting thread once started; before that, told at once."""
+        if self._running:
             self._written.put((batch, acked, error))
         else:
             self._tell(batch, acked, error)
@@ -243,10 +250,7 @@ class Reporter(Service):
         """Report the batches held so far; with ``stop_holding``, report from now on at once."""
         held, self._held = self._held, []
         for batch, acked, error in held:
-            if self._running:
-                self._written.put((batch, acked, error))
-            else:
-                self._tell(batch, acked, error)
+            self._pass_on(batch, acked, error)
 
     def stop_holding(self) -> None:
         self._holding = False

@@ -28,6 +28,7 @@ from ..native import bound_cursor, fetch_rows
 from ..rows import (
     JOB_COLUMNS_SQL,
     NEW_JOB_DEFAULTS,
+    NEW_JOB_FRESH_BY_NAME,
     datetime_as_read,
     datetime_from_db,
     job_from_row,
@@ -324,6 +325,9 @@ class NewJobBuilder:
         self.shared = shared
         self.trace_context = trace_context
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
+        # The mutable defaults (lists), each job its own; the payload is each job's anyway.
+        own = {"payload", *shared}
+        self._fresh = [(name, make) for name, make in NEW_JOB_FRESH_BY_NAME if name not in own]
         # Where an init signal has a receiver, each job is built the ORM's way, so that it is sent.
         self._as_orm = init_signals_listened(Job)
 
@@ -341,9 +345,8 @@ class NewJobBuilder:
         # The payload as the database gives it back: a flat one's copy, or its JSON decoded.
         attrs["payload"] = new.payload if new.payload is not None else json.loads(new.payload_json)
         attrs["run_at"] = run_at
-        # The list defaults, each job its own.
-        attrs["worker_ids"] = []
-        attrs["attempt_history"] = []
+        for name, make in self._fresh:
+            attrs[name] = make()
         if self.trace_context is not None:
             attrs["trace_context"] = dict(self.trace_context)
         return instance_from_attrs(Job, self.using, attrs)

@@ -67,7 +67,7 @@ def transition_cte(
     ``to_finished``: the jobs picked are live and end finished; else the other way.
     """
     if not engine.finished_jobs_apart:
-        statement, params = _update(change, where, where_params, returning)
+        statement, params = in_place(change, where, where_params, returning)
         return f"{name} AS ({statement})", params
     source, target = (LIVE_JOBS, FINISHED_JOBS) if to_finished else (FINISHED_JOBS, LIVE_JOBS)
     joined = f" USING {change.joined}" if change.joined else ""
@@ -91,7 +91,7 @@ def transition(
 ) -> tuple[str, list[Any]]:
     """One statement: ``transition_cte``'s change, returning ``returning`` of each job changed."""
     if not engine.finished_jobs_apart:
-        return _update(change, where, where_params, returning)
+        return in_place(change, where, where_params, returning)
     ctes, params = transition_cte(engine, "moved", change, where, where_params, returning, to_finished)
     return f"WITH {ctes} SELECT * FROM moved", params
 
@@ -100,10 +100,6 @@ def in_place(
     change: Change, where: str, where_params: Sequence[Any], returning: str
 ) -> tuple[str, list[Any]]:
     """One ``UPDATE``: ``change`` of the jobs ``where`` picks, which stay live or finished."""
-    return _update(change, where, where_params, returning)
-
-
-def _update(change: Change, where: str, where_params: Sequence[Any], returning: str) -> tuple[str, list[Any]]:
     columns = list(change.sets)
     values, params = change.values(columns)
     assignments = ", ".join(f"{column} = {value}" for column, value in zip(columns, values, strict=True))
