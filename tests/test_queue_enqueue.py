@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import zoneinfo
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -374,3 +375,37 @@ def test_a_batch_returns_payloads_of_its_own(queue, copies):
     if copies > 1:
         made[0].payload["user"] = "one job's own"
         assert made[2].payload["user"] == "é"
+
+
+def test_a_copied_batch_builds_its_jobs_with_the_collector_paused(queue, postgresql_only, monkeypatch):
+    # Every object a batch builds is still reachable when it returns: a collection meanwhile
+    # is pure cost (docs/performance.md). The pause ends with the batch, even one that fails.
+    from django_jobqueue.queue.ops import enqueue as enqueue_ops
+
+    seen: list[bool] = []
+    build = enqueue_ops.NewJobBuilder.build
+
+    def watched(self, *args):
+        seen.append(gc.isenabled())
+        return build(self, *args)
+
+    monkeypatch.setattr(enqueue_ops.NewJobBuilder, "build", watched)
+    assert gc.isenabled()
+    made = enqueue_many([("tests.noop", {"i": i}) for i in range(50)])
+    assert len(made) == 50 and seen == [False] * 50
+    assert gc.isenabled()
+    items: list[Any] = [("tests.noop", {"i": i}) for i in range(50)]
+    items[40] = ("tests.noop", {"x": float("nan")})
+    with pytest.raises(ValueError, match="item 40"):
+        enqueue_many(items)
+    assert gc.isenabled()
+    assert Job.objects.count() == 50
+
+
+def test_a_collector_the_application_turned_off_stays_off(queue, postgresql_only):
+    gc.disable()
+    try:
+        enqueue_many([("tests.noop", {"i": i}) for i in range(50)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
