@@ -6,7 +6,7 @@ commits: no ``on_commit`` hook, no second connection.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -75,9 +75,14 @@ def enqueue_many(
     ``queue`` is the default for items whose options name none. Every item is
     validated before anything is written; the jobs are returned in order.
     """
+    # Read as the batch reads them, in QueueClient.push_many's pause of the garbage collector.
+    return QueueClient(using).push_many(_triples(items, queue))
+
+
+def _triples(items: Iterable[Any], queue: str | None) -> Iterator[tuple[str, Any, Mapping[str, Any]]]:
+    """Each item as ``(name, payload, options)``, ``queue`` filled in where its options name none."""
     # The options of every item that gives none: shared, as nothing downstream changes them.
     batch_options: dict[str, Any] = {} if queue is None else {"queue": queue}
-    triples = []
     for index, item in enumerate(items):
         if not isinstance(item, tuple | list) or len(item) not in (2, 3):
             raise ValueError(f"item {index}: expected (name, payload) or (name, payload, options)")
@@ -89,5 +94,4 @@ def enqueue_many(
             options = dict(item[2])
             if queue is not None and options.get("queue") is None:
                 options["queue"] = queue
-        triples.append((item[0], item[1], options))
-    return QueueClient(using).push_many(triples)
+        yield (item[0], item[1], options)

@@ -377,19 +377,19 @@ def test_a_batch_returns_payloads_of_its_own(queue, copies):
         assert made[2].payload["user"] == "é"
 
 
-def test_a_copied_batch_builds_its_jobs_with_the_collector_paused(queue, postgresql_only, monkeypatch):
-    # Every object a batch builds is still reachable when it returns: a collection meanwhile
+def test_a_batch_builds_its_jobs_with_the_collector_paused(queue, monkeypatch):
+    # Every object a batch makes is still reachable when it returns: a collection meanwhile
     # is pure cost (docs/performance.md). The pause ends with the batch, even one that fails.
-    from django_jobqueue.queue.ops import enqueue as enqueue_ops
+    from django_jobqueue.queue import preparation
 
     seen: list[bool] = []
-    build = enqueue_ops.NewJobBuilder.build
+    prepare = preparation.JobPreparer.prepare
 
     def watched(self, *args):
         seen.append(gc.isenabled())
-        return build(self, *args)
+        return prepare(self, *args)
 
-    monkeypatch.setattr(enqueue_ops.NewJobBuilder, "build", watched)
+    monkeypatch.setattr(preparation.JobPreparer, "prepare", watched)
     assert gc.isenabled()
     made = enqueue_many([("tests.noop", {"i": i}) for i in range(50)])
     assert len(made) == 50 and seen == [False] * 50
@@ -398,11 +398,13 @@ def test_a_copied_batch_builds_its_jobs_with_the_collector_paused(queue, postgre
     items[40] = ("tests.noop", {"x": float("nan")})
     with pytest.raises(ValueError, match="item 40"):
         enqueue_many(items)
+    with pytest.raises(ValueError, match="item 3: expected"):
+        enqueue_many([("tests.noop", {})] * 3 + ["not an item"])
     assert gc.isenabled()
     assert Job.objects.count() == 50
 
 
-def test_a_collector_the_application_turned_off_stays_off(queue, postgresql_only):
+def test_a_collector_the_application_turned_off_stays_off(queue):
     gc.disable()
     try:
         enqueue_many([("tests.noop", {"i": i}) for i in range(50)])

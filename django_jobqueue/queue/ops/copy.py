@@ -7,10 +7,9 @@ INSERT path (``enqueue.py``) writes.
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -118,8 +117,7 @@ def copy_jobs(
         with _logged(cursor, sql), connection.wrap_database_errors, cursor.copy(sql) as copy:
             copy.set_types(types)
             # Each Job is built as its row leaves, while the server stores the rows before it.
-            with collector_paused():
-                jobs = _copied_jobs(write(copy.write_row), clock, ids, new_jobs, queues, builder)
+            jobs = _copied_jobs(write(copy.write_row), clock, ids, new_jobs, queues, builder)
         cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(queues)])
     return jobs
 
@@ -178,30 +176,6 @@ def _copied_jobs(
         add_queue(new.queue)
         jobs.append(build(new, job_id, as_read(run_at)))
     return jobs
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Hold Python's cyclic garbage collector off while a batch builds its jobs.
-
-    A batch makes several tracked objects per job (its ``Job``, that Job's
-    dicts and state, its row), every one still reachable when the batch
-    returns: a collection in between finds nothing to free, yet the heap's
-    growth sets off one after another, a full one among them, which walks
-    every object of the process. For 10,000 jobs that was a third of
-    ``enqueue_many``'s time. Once resumed, the first allocation collects the
-    youngest generation once, as it would have anyway. A collector already
-    off (the application's choice) is left off; the pause is process-wide,
-    so another thread's cyclic garbage waits for the batch's end.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class _BatchClock:
