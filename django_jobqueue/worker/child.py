@@ -59,6 +59,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import JobTimeout
+from .collector import keep_out_of_collections
 from .control import StopReason
 from .outcomes import Action
 from .pipes import (
@@ -140,6 +141,7 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
     except BaseException as exc:  # noqa: B036 - whatever stops it, the parent must hear why
         jobs.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
+    keep_out_of_collections()
     running = _Running()
     resident = _Resident()
     sender = _Sender(jobs)

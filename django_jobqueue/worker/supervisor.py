@@ -50,6 +50,7 @@ from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
 from ..schedules import declared_schedules
+from .collector import keep_out_of_collections
 from .completer import Completer, PendingAck
 from .config import WorkerConfig
 from .control import RunControl, StopReason
@@ -479,6 +480,7 @@ def run_worker(config: WorkerConfig) -> Supervisor:
     never interrupt code holding a lock they need.
     """
     supervisor = Supervisor(config)
+    keep_out_of_collections()
     signals = StopSignals(supervisor.on_signal)
     signals.install()
     try:
