@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import gc
+import sys
 
-# Python's default threshold for collecting the youngest generation, and the worker's.
-PYTHON_YOUNG_THRESHOLD = 700
+# Python's default threshold for collecting the youngest generation (2,000 since 3.13), and the worker's.
+PYTHON_YOUNG_THRESHOLD = 2_000 if sys.version_info >= (3, 13) else 700
 YOUNG_THRESHOLD = 10_000
 
 
