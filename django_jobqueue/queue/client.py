@@ -6,10 +6,9 @@ the statements in ``ops/``; it holds no state of its own beyond the database ali
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +16,7 @@ from django.core.exceptions import EmptyResultSet
 from django.db import transaction
 from django.db.models import QuerySet
 
+from .. import collector
 from ..conf import jobqueue_settings
 from ..exceptions import WorkerIdInUse
 from ..models import DeadLetter, Job
@@ -69,7 +69,7 @@ class QueueClient:
         item aborts the COPY and rolls it back. Any other batch is checked
         whole before its first statement.
         """
-        with _collector_paused():
+        with collector.paused():
             return self._push_many(list(items))
 
     def _push_many(self, items: list[Item]) -> list[Job]:
@@ -593,26 +593,3 @@ def _dead_letter_query(dead_letters: DeadLetters, using: str) -> ops.IdsQuery | 
     except EmptyResultSet:
         return None
     return sql, tuple(params)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Hold Python's cyclic garbage collector off while a batch makes its jobs.
-
-    A batch makes several tracked objects per job (its item, its ``Job`` and
-    that Job's dicts and state, its row), all still reachable when it returns:
-    a collection in between finds nothing to free, yet the heap's growth sets
-    off one after another, a full one among them that walks every object of
-    the process; for 10,000 jobs, a third of ``enqueue_many``'s time. Once
-    resumed, the next allocation collects the youngest generation once. A
-    collector already off (the application's choice) stays off; the pause is
-    process-wide, so another thread's cyclic garbage waits for the batch's end.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

@@ -58,8 +58,8 @@ from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..collector import keep_out_of_collections
 from ..exceptions import JobTimeout
-from .collector import keep_out_of_collections
 from .control import StopReason
 from .outcomes import Action
 from .pipes import (

@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from ..collector import keep_out_of_collections
 from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
 from ..schedules import declared_schedules
-from .collector import keep_out_of_collections
 from .completer import Completer, PendingAck
 from .config import WorkerConfig
 from .control import RunControl, StopReason

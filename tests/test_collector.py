@@ -1,4 +1,4 @@
-"""The worker's tuning of Python's cyclic garbage collector (worker/collector.py)."""
+"""The worker's tuning of Python's cyclic garbage collector (collector.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobqueue.worker.collector import PYTHON_YOUNG_THRESHOLD, YOUNG_THRESHOLD, keep_out_of_collections
+from django_jobqueue.collector import PYTHON_YOUNG_THRESHOLD, YOUNG_THRESHOLD, keep_out_of_collections
 
 
 @pytest.fixture
