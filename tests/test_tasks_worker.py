@@ -82,6 +82,8 @@ def test_retries_count_attempts_and_a_context_sees_each(queue, start_worker, eve
     assert result.errors[0].traceback == "tests.tasks_for_workers.TaskBoomError: attempt 1 failed"
     assert "attempt 2 failed" in result.errors[1].traceback
     assert "Traceback (most recent call last)" in result.errors[1].traceback
+    # task_finished is sent once the ack has committed, a moment after the row reads done.
+    wait_until(lambda: len(events(signals_path)) == 4, 10, "the finished signal")
     signals = [(e["event"], e["status"], e["attempts"]) for e in events(signals_path)]
     assert signals == [
         ("task_started", "RUNNING", 1),

@@ -46,6 +46,16 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, message: str
         time.sleep(0.01)
 
 
+def first_within(predicate: Callable[[], Any], timeout: float) -> Any:
+    """Poll ``predicate`` until it returns something true, and return it; after ``timeout``, None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value or None
+        time.sleep(0.01)
+
+
 class WorkerProcess:
     """One ``manage.py runworker`` subprocess; its stdout and stderr go to a log file."""
 

@@ -92,3 +92,14 @@ def executions(using: str = "default") -> list[Execution]:
         )
         rows: list[Any] = cursor.fetchall()
     return [Execution(*row) for row in rows]
+
+
+def unended(using: str = "default") -> list[Execution]:
+    """The executions begun and not ended: running now, or cut short by a kill."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT id, job_id, claim_token, attempt, worker, pid, started_at, ended_at, note "
+            f"FROM {TABLE} WHERE ended_at IS NULL ORDER BY id"
+        )
+        rows: list[Any] = cursor.fetchall()
+    return [Execution(*row) for row in rows]
