@@ -7,13 +7,15 @@ from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.admin.views.main import ERROR_FLAG, ORDER_VAR, PAGE_VAR, SEARCH_VAR
+from django.contrib.admin.views.main import ERROR_FLAG, ORDER_VAR, PAGE_VAR, SEARCH_VAR, ChangeList
 from django.core.paginator import EmptyPage, Paginator
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 from django.utils.http import urlencode
+from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
@@ -76,6 +78,27 @@ def id_batches(queryset: QuerySet[Any], size: int | None = None) -> Iterator[lis
         last = batch[-1]
 
 
+class OperatorChangeList(ChangeList):
+    """Django's list, each row's link made from one ``reverse()`` per page instead of one per link."""
+
+    _change_url: tuple[str, str] | None = None
+
+    def url_for_result(self, result: Model) -> str:
+        pk = getattr(result, self.pk_attname)
+        if not isinstance(pk, int):
+            return str(super().url_for_result(result))
+        if self._change_url is None:
+            # The URL of a row whose id is a marker, cut around it: any integer id goes in between
+            # as it is (digits need no quoting), which is what reverse() would make of it.
+            marker = "0-jobqueue-row-0"
+            name = f"admin:{self.opts.app_label}_{self.opts.model_name}_change"
+            url = reverse(name, args=(marker,), current_app=self.model_admin.admin_site.name)
+            before, _, after = url.rpartition(marker)
+            self._change_url = (before, after)
+        before, after = self._change_url
+        return f"{before}{pk}{after}"
+
+
 class OperatorAdmin(admin.ModelAdmin):
     """A list an operator reads and acts on; rows change only through ``QueueClient``."""
 
@@ -91,6 +114,23 @@ class OperatorAdmin(admin.ModelAdmin):
 
     def client(self) -> QueueClient:
         return QueueClient()
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return OperatorChangeList
+
+    def action_checkbox(self, obj: Model) -> SafeString:
+        """Django's own checkbox, the same markup, without a template render for each row.
+
+        Django renders a ``CheckboxInput`` through the form renderer's templates:
+        about a fifth of a 50-row list page's time, for one fixed tag.
+        """
+        label = format_html(_("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            ACTION_CHECKBOX_NAME,
+            obj.pk,
+            label,
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # The queue's database (JOBQUEUE["DATABASE"]), which need not be "default".

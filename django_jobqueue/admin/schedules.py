@@ -26,7 +26,7 @@ from django.utils.safestring import SafeString
 from ..models import Job, Schedule
 from ..queue.schedules import ScheduleBook
 from .audit import log_schedule_changes
-from .base import OperatorAdmin, parse_id
+from .base import OperatorAdmin, OperatorChangeList, parse_id
 from .display import EMPTY, concurrency_limit, cut, pretty_json, pretty_payload, timestamp, with_relative
 from .overview import may_see_jobs
 from .run_now import TOKEN_FIELD, ScheduleActionForm, new_token, posted_token, run_once
@@ -36,7 +36,7 @@ PAUSED = "Paused."
 RESUMED = "Resumed: fires again from its next fire time; those that came while it was paused are skipped."
 
 
-class ScheduleChangeList(ChangeList):
+class ScheduleChangeList(OperatorChangeList):
     """The list, each row of the page given its state with one query for the last jobs."""
 
     def get_results(self, request: HttpRequest) -> None:
