@@ -17,12 +17,15 @@ import pytest
 from django.contrib.admin import ModelAdmin
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.admin.views.main import ChangeList
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from django_jobqueue import QueueClient
 from django_jobqueue.admin import base as admin_base
+from django_jobqueue.admin.jobs import JobAdmin
 from django_jobqueue.models import DeadLetter, Job, Worker
 
 JOBS = reverse("admin:django_jobqueue_job_changelist")
@@ -177,6 +180,40 @@ def test_a_long_job_list_is_counted_only_up_to_the_cap(operator, queue, monkeypa
     assert "more than 5 jobs" in text(response)
     assert response.context["cl"].paginator.capped
     assert operator.get(JOBS, {"p": "999"}).status_code == 200, "a page past the cap shows the last page"
+
+
+@pytest.mark.parametrize("jobs_of_the_name", [3, 7])
+def test_a_search_runs_once_for_its_count_and_its_page(operator, queue, monkeypatch, jobs_of_the_name):
+    """The matching ids are read once; the count and each page come from them (one page, and three)."""
+    monkeypatch.setattr(JobAdmin, "list_per_page", 3)
+    found = [queue.push("tests.searched", {"i": i}) for i in range(jobs_of_the_name)]
+    queue.push("tests.other", {})
+    newest_first = [job.pk for job in reversed(found)]
+    pages = [newest_first[i : i + 3] for i in range(0, len(newest_first), 3)]
+    for number, expected in enumerate(pages, start=1):
+        with CaptureQueriesContext(connection) as queries:
+            response = operator.get(JOBS, {"q": "tests.searched", "p": str(number)})
+        changelist = response.context["cl"]
+        assert [job.pk for job in changelist.result_list] == expected
+        assert changelist.result_count == jobs_of_the_name
+        assert f"{jobs_of_the_name} jobs" in text(response)
+        searched = [query["sql"] for query in queries.captured_queries if "tests.searched" in query["sql"]]
+        # The ids, uncounted; then this page's rows by their ids.
+        assert len(searched) == 2 and "COUNT(" not in searched[0].upper(), searched
+        assert '"id" IN (' in searched[1] and all(str(pk) in searched[1] for pk in expected)
+    ascending = operator.get(JOBS, {"q": "tests.searched", "o": "1"}).context["cl"].result_list
+    assert [job.pk for job in ascending] == sorted(newest_first)[:3]
+
+
+def test_a_search_is_counted_only_up_to_the_cap(operator, queue, monkeypatch):
+    monkeypatch.setattr(admin_base.CappedPaginator, "cap", 5)
+    for i in range(8):
+        queue.push("tests.noop", {"i": i})
+    response = operator.get(JOBS, {"q": "tests.noop"})
+    assert "more than 5 jobs" in text(response)
+    assert response.context["cl"].paginator.capped
+    last = operator.get(JOBS, {"q": "tests.noop", "p": "999"})
+    assert last.status_code == 200 and len(last.context["cl"].result_list) <= 5
 
 
 def test_job_page_shows_payload_error_owner_and_deadline(operator, queue, jobs):

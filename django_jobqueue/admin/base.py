@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ERROR_FLAG, ORDER_VAR, PAGE_VAR, SEARCH_VAR, ChangeList
-from django.core.paginator import EmptyPage, Paginator
+from django.core.paginator import EmptyPage, Page, Paginator
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -68,6 +68,41 @@ class CappedPaginator(Paginator):
             return 1 if int(number) < 1 else self.num_pages
 
 
+class MatchedIdsPaginator(CappedPaginator):
+    """For a search: the matching ids read once, in the list's order and up to the cap; pages by id.
+
+    Counting the matches and then reading a page runs the search twice, and a
+    search of the job list scans the live partition each time (it has no index
+    on ``name``, on purpose: docs/performance.md). One query for the ids gives
+    the count and every page; a page is then its ids looked up by primary key.
+    """
+
+    def __init__(self, object_list: QuerySet[Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(object_list, *args, **kwargs)
+        self.queryset = object_list
+
+    @cached_property
+    def ids(self) -> list[Any]:
+        return list(self.queryset.values_list("pk", flat=True)[: self.cap + 1])
+
+    @cached_property
+    def count(self) -> int:
+        self.capped = len(self.ids) > self.cap
+        return min(len(self.ids), self.cap)
+
+    def page(self, number: Any) -> Page:
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        if top + self.orphans >= self.count:
+            top = self.count
+        return Page(self.rows(self.ids[bottom:top]), number, self)
+
+    def rows(self, ids: list[Any]) -> QuerySet[Any]:
+        """The rows of ``ids``, in the list's order; the search's own conditions still apply."""
+        return self.queryset.filter(pk__in=ids)
+
+
 def id_batches(queryset: QuerySet[Any], size: int | None = None) -> Iterator[list[int]]:
     """Yield the ids of ``queryset`` in ascending batches, holding one batch at a time."""
     ids = queryset.order_by("pk").values_list("pk", flat=True)
@@ -82,6 +117,14 @@ class OperatorChangeList(ChangeList):
     """Django's list, each row's link made from one ``reverse()`` per page instead of one per link."""
 
     _change_url: tuple[str, str] | None = None
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # Django lists a result of one page (or "show all") by running the whole search again;
+        # its ids are known already.
+        whole = not self.multi_page or (self.show_all and self.can_show_all)
+        if whole and isinstance(self.paginator, MatchedIdsPaginator):
+            self.result_list = self.paginator.rows(self.paginator.ids[: self.paginator.count])
 
     def url_for_result(self, result: Model) -> str:
         pk = getattr(result, self.pk_attname)
