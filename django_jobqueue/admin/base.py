@@ -114,7 +114,9 @@ def id_batches(queryset: QuerySet[Any], size: int | None = None) -> Iterator[lis
 
 
 class OperatorChangeList(ChangeList):
-    """Django's list, each row's link made from one ``reverse()`` per page instead of one per link."""
+    """Django's list, with each row's link made from one ``reverse()`` per page instead of one per link,
+    and a search's rows read by the ids its ``MatchedIdsPaginator`` found rather than by the search again.
+    """
 
     _change_url: tuple[str, str] | None = None
 
