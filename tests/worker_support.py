@@ -36,18 +36,17 @@ def database_url() -> str:
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, message: str = "") -> Any:
     """Poll ``predicate`` every 10 ms until it returns something true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(0.01)
+    value = first_within(predicate, timeout)
+    if value is None:
+        pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
+    return value
 
 
 def first_within(predicate: Callable[[], Any], timeout: float) -> Any:
-    """Poll ``predicate`` until it returns something true, and return it; after ``timeout``, None."""
+    """Poll ``predicate`` until it returns something true, and return it; None after ``timeout``.
+
+    ``wait_until`` is this, failing the test instead of returning None.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,21 +86,25 @@ def end(entry: int, note: str = "", using: str = "default") -> None:
 
 
 def executions(using: str = "default") -> list[Execution]:
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT id, job_id, claim_token, attempt, worker, pid, started_at, ended_at, note "
-            f"FROM {TABLE} ORDER BY id"
-        )
-        rows: list[Any] = cursor.fetchall()
-    return [Execution(*row) for row in rows]
+    return _select("", using)
 
 
 def unended(using: str = "default") -> list[Execution]:
     """The executions begun and not ended: running now, or cut short by a kill."""
+    return _select("WHERE ended_at IS NULL", using)
+
+
+def slots_mid_job(workers: Sequence[tuple[str, object]], using: str = "default") -> list[int]:
+    """The slots of ``workers`` (pairs of a worker id and its process) whose worker is mid-job."""
+    running = {run.worker for run in unended(using)}
+    return [slot for slot, (worker_id, _) in enumerate(workers) if worker_id in running]
+
+
+def _select(where: str, using: str) -> list[Execution]:
     with connections[using].cursor() as cursor:
         cursor.execute(
             "SELECT id, job_id, claim_token, attempt, worker, pid, started_at, ended_at, note "
-            f"FROM {TABLE} WHERE ended_at IS NULL ORDER BY id"
+            f"FROM {TABLE} {where} ORDER BY id"
         )
         rows: list[Any] = cursor.fetchall()
     return [Execution(*row) for row in rows]

@@ -48,10 +48,6 @@ def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, fault
 
     workers = [start() for _ in range(WORKERS)]
 
-    def running_a_link() -> list[int]:
-        running = {run.worker for run in ledger.unended()}
-        return [slot for slot, (worker_id, _) in enumerate(workers) if worker_id in running]
-
     began = time.monotonic()
     kills: dict[str, float] = {}
     for round_ in range(KILLS):
@@ -59,7 +55,7 @@ def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, fault
         # A worker that has begun a link, once one has: on a loaded machine a worker restarted every
         # few seconds may not yet have claimed one when a timed kill comes. Struck a moment later,
         # within a link's length, so that some kills cut a link short and some let it finish.
-        busy = first_within(running_a_link, AIM_WITHIN)
+        busy = first_within(lambda: ledger.slots_mid_job(workers), AIM_WITHIN)
         slot = busy[0] if busy else round_ % WORKERS
         time.sleep(rng.uniform(0.0, 0.4))
         worker_id, worker = workers[slot]

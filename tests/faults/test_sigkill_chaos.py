@@ -148,10 +148,6 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
     cancels = {job.pk: time.time() for job in lingering if queue.cancel(job)}
     wait_until(lambda: logged(r"job faults\.linger .* outcome=cancelled") == LINGERING, 20, "the cancels")
 
-    def running_a_job() -> list[int]:
-        running = {run.worker for run in ledger.unended()}
-        return [slot for slot, (worker_id, _) in enumerate(workers) if worker_id in running]
-
     def children_running_a_job() -> list[int]:
         running = {run.pid for run in ledger.unended()}
         return [pid for _, worker in workers for pid in processes.pool_children(worker.pid) if pid in running]
@@ -164,7 +160,7 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
         # Aimed at a worker, or a child, in the middle of a job once one is: on a loaded machine a
         # worker restarted a few seconds before may not yet have a job when a timed kill comes.
         if round_ % 2 == 0:
-            busy = first_within(running_a_job, AIM_WITHIN)
+            busy = first_within(lambda: ledger.slots_mid_job(workers), AIM_WITHIN)
             slot = busy[0] if busy else round_ % POOL_WORKERS
             worker_id, worker = workers[slot]
             worker.send(signal.SIGKILL)
