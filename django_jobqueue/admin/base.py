@@ -91,12 +91,11 @@ class MatchedIdsPaginator(CappedPaginator):
         return min(len(self.ids), self.cap)
 
     def page(self, number: Any) -> Page:
-        number = self.validate_number(number)
-        bottom = (number - 1) * self.per_page
-        top = bottom + self.per_page
-        if top + self.orphans >= self.count:
-            top = self.count
-        return Page(self.rows(self.ids[bottom:top]), number, self)
+        # Django's page and its bounds, its rows taken by their ids instead of the search again.
+        page = super().page(number)
+        first = max(page.start_index() - 1, 0)
+        page.object_list = self.rows(self.ids[first : page.end_index()])
+        return page
 
     def rows(self, ids: list[Any]) -> QuerySet[Any]:
         """The rows of ``ids``, in the list's order; the search's own conditions still apply."""
