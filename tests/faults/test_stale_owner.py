@@ -19,7 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_jobqueue.models import DeadLetter, Job, Worker
-from tests.worker_support import WorkerProcess, wait_until
+from tests.worker_support import WorkerProcess, first_within, wait_until
 
 from . import ledger
 from .checker import EXPIRED, check
@@ -42,14 +42,30 @@ def write_lock_free() -> bool:
         probe.close()
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` has come to a stop (state T in /proc)."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, IndexError):
+            continue  # a thread that ended as we read
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 def freeze(worker: WorkerProcess) -> None:
     """SIGSTOP ``worker`` at a moment it holds no SQLite write lock.
 
     A process frozen inside a write transaction would block every writer on
     SQLite (PostgreSQL ends each autocommit statement on the server's side).
+    SIGSTOP lands on each thread a moment after kill() returns, so the lock is
+    probed only once every thread has stopped: probed sooner, a thread still
+    running could take the lock just after the probe found it free.
     """
     for _ in range(20):
         worker.send(signal.SIGSTOP)
+        if first_within(lambda: all_threads_stopped(worker.pid), 5) is None:
+            pytest.fail(f"worker {worker.pid} did not stop within 5 s of SIGSTOP")
         if write_lock_free():
             return
         worker.send(signal.SIGCONT)
@@ -81,7 +97,11 @@ def test_a_stale_owner_is_refused_everything_and_the_new_owners_ack_succeeds(
         Worker.objects.filter(worker_id=a_id).update(last_heartbeat=timezone.now() - timedelta(minutes=2))
     try:
         b = fault_worker(*WORKER_ARGS, "--worker-id", b_id)
-        wait_until(lambda: len(runs(job.pk)) == 2, 20, "B to claim the expired job and run it")
+        if first_within(lambda: len(runs(job.pk)) == 2, 20) is None:
+            pytest.fail(
+                "B did not claim the expired job and run it within 20 s; "
+                f"SQLite write lock free: {write_lock_free()}; B's log:\n{b.log()}"
+            )
         handed_over = time.monotonic() - frozen_at
     finally:
         a.send(signal.SIGCONT)
