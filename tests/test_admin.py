@@ -172,6 +172,30 @@ def test_job_search_by_id_name_or_unique_key(operator, jobs, term, expected):
     assert {job.pk for job in response.context["cl"].result_list} == {jobs[key].pk for key in expected}
 
 
+def test_job_search_by_concurrency_key_finds_ready_and_running_jobs_only(operator, queue):
+    # The key's indexes hold ready and running jobs: a finished job is found by its id or name.
+    pushed = [
+        queue.push("tests.tenant_sync", {"i": i}, concurrency_key="tenant:acme", concurrency_limit=5)
+        for i in range(3)
+    ]
+    running, done = queue.pull_many("default", worker_id="web-1:77", limit=2)
+    queue.ack(done, worker_id="web-1:77")
+    response = operator.get(JOBS, {"q": "tenant:acme"})
+    assert {job.pk for job in response.context["cl"].result_list} == {running.pk, pushed[2].pk}
+
+
+def test_job_search_joins_every_way_a_term_matches(operator, queue):
+    # One term, three jobs: one by its name, one by its unique key, one by its concurrency key.
+    by_name = queue.push("billing", {})
+    by_unique_key = queue.push("tests.charge", {}, unique_key="billing")
+    by_key = queue.push("tests.charge", {}, concurrency_key="billing", concurrency_limit=1)
+    queue.push("tests.charge", {}, unique_key="billing:2")
+    response = operator.get(JOBS, {"q": "billing"})
+    found = [job.pk for job in response.context["cl"].result_list]
+    assert found == [by_key.pk, by_unique_key.pk, by_name.pk], "each once, newest first"
+    assert "3 jobs" in text(response)
+
+
 def test_a_long_job_list_is_counted_only_up_to_the_cap(operator, queue, monkeypatch):
     monkeypatch.setattr(admin_base.CappedPaginator, "cap", 5)
     for i in range(8):

@@ -11,7 +11,9 @@ from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import BooleanField, Expression, F, Q, QuerySet, Subquery
+from django.db.models.sql.compiler import SQLCompiler
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -48,6 +50,45 @@ CANCELLABLE = (*LIVE_STATUSES, JobStatus.WAITING)
 # A confirmation counts this far, then says "more than"; it lists a few.
 CONFIRM_COUNT_CAP = 1_000_000
 SAMPLE_SIZE = 10
+
+
+class InRowsOf(Expression):
+    """``column IN (subquery)``; on PostgreSQL ``column = ANY(ARRAY(subquery))``.
+
+    PostgreSQL runs the ARRAY() form once, before the scan, and can then look
+    its ids up in an index, also as one arm of an OR beside another indexed
+    term: the finished jobs' partition keeps a bitmap OR of its indexes. The
+    IN form is a subplan run per row, which no index can serve, so such an OR
+    falls back to reading the whole partition.
+    """
+
+    output_field = BooleanField()
+    conditional = True
+
+    def __init__(self, column: F, rows: Subquery) -> None:
+        super().__init__()
+        # Any: once resolved, the column is Django's Col and the rows a resolved Subquery.
+        self.column: Any = column
+        self.rows: Any = rows
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.column, self.rows]
+
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
+        self.column, self.rows = exprs
+
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, tuple[Any, ...]]:
+        return self.compile(compiler, "{column} IN {rows}")
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper
+    ) -> tuple[str, tuple[Any, ...]]:
+        return self.compile(compiler, "{column} = ANY(ARRAY{rows})")
+
+    def compile(self, compiler: SQLCompiler, template: str) -> tuple[str, tuple[Any, ...]]:
+        column_sql, column_params = compiler.compile(self.column)
+        rows_sql, rows_params = compiler.compile(self.rows)
+        return template.format(column=column_sql, rows=rows_sql), (*column_params, *rows_params)
 
 
 class JobAdmin(OperatorAdmin):
@@ -127,7 +168,11 @@ class JobAdmin(OperatorAdmin):
         by_key = Q(concurrency_key=term, status=JobStatus.READY) | Q(
             concurrency_key=term, status=JobStatus.RUNNING
         )
-        found = Q(name=term) | Q(unique_key=term) | by_key
+        # The live partition has no index on name and is read by a scan; the
+        # keys are found apart, by their indexes, so that the scan compares a
+        # row's name and id only, not every column up to the last key's.
+        by_keys = Job.objects.filter(Q(unique_key=term) | by_key).values("pk")
+        found = Q(name=term) | Q(InRowsOf(F("pk"), Subquery(by_keys)))
         job_id = parse_id(term)
         return found | Q(pk=job_id) if job_id is not None else found
 
