@@ -192,8 +192,9 @@ def main() -> None:
     if "postgresql" in results:
         samples = results["postgresql"]
         if "queue" in cfg["parts"]:
-            print(report.render("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples))
-            print()
+            rows = report.postgresql_rows(samples, cfg["concurrencies"])
+            print(report.render("PostgreSQL", rows, samples))
+            print(f"\nRun by run:\n{report.paired(samples, rows)}\n")
         if "pool" in cfg["parts"]:
             rows = report.pool_rows(samples, cfg)
             print(report.render("PostgreSQL: --pool processes", rows, samples))
