@@ -96,7 +96,7 @@ def drain(
         peak, stopped = watch(proc, log_path, timeout, stall)
         wall = time.perf_counter() - started
         log = log_path.read_text(errors="replace")
-    measured = _measure(log, wall, peak)
+    measured = measured_from_log(log, wall, peak)
     if stopped:
         raise DrainTimeout(f"runworker {args} {stopped}; {measured.jobs} jobs logged", measured)
     if proc.returncode != 0:
@@ -131,7 +131,7 @@ def watch(
     return peak, ""
 
 
-def _measure(log: str, wall: float, peak: float) -> Drain:
+def measured_from_log(log: str, wall: float, peak: float) -> Drain:
     stamps, done = [], 0
     for line in log.splitlines():
         match = _JOB_LINE.match(line)
