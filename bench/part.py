@@ -184,7 +184,7 @@ def measure_pool(cfg: dict[str, Any], url: str, samples: Samples) -> None:
                 samples[f"cpu_{pool}_c{concurrency}"].append(result.rate)
                 baseline = ""
                 if pool == "processes":
-                    samples[raw_key].append(raw.claim_and_ack(info, n_noop, 100))
+                    samples[raw_key].append(raw_just_before(info, n_noop))
                     baseline = f" (raw claim+ack batch 100 just before: {samples[raw_key][-1]:,.0f}/s)"
                 ours.fill(n_noop)
                 result = drain(args, env)

@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from ..models import LIVE_STATUSES, Job, JobStatus
 from ..queue import JobChange
+from ..queue.engines import engine_for
 from ..stats import format_age
 from . import dependencies
 from .attempts import timeline
@@ -53,13 +54,13 @@ SAMPLE_SIZE = 10
 
 
 class InRowsOf(Expression):
-    """``column IN (subquery)``; on PostgreSQL ``column = ANY(ARRAY(subquery))``.
+    """``column`` among the rows of a subquery, as the engine writes it (``Engine.in_rows``).
 
-    PostgreSQL runs the ARRAY() form once, before the scan, and can then look
-    its ids up in an index, also as one arm of an OR beside another indexed
-    term: the finished jobs' partition keeps a bitmap OR of its indexes. The
-    IN form is a subplan run per row, which no index can serve, so such an OR
-    falls back to reading the whole partition.
+    On PostgreSQL the subquery runs once, before the scan, and its ids are
+    looked up in an index, also as one arm of an OR beside another indexed
+    term: the finished jobs' partition keeps a bitmap OR of its indexes. As
+    ``IN (subquery)`` it is a subplan run per row, which no index can serve,
+    and such an OR falls back to reading the whole partition.
     """
 
     output_field = BooleanField()
@@ -78,17 +79,9 @@ class InRowsOf(Expression):
         self.column, self.rows = exprs
 
     def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> tuple[str, tuple[Any, ...]]:
-        return self.compile(compiler, "{column} IN {rows}")
-
-    def as_postgresql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper
-    ) -> tuple[str, tuple[Any, ...]]:
-        return self.compile(compiler, "{column} = ANY(ARRAY{rows})")
-
-    def compile(self, compiler: SQLCompiler, template: str) -> tuple[str, tuple[Any, ...]]:
         column_sql, column_params = compiler.compile(self.column)
-        rows_sql, rows_params = compiler.compile(self.rows)
-        return template.format(column=column_sql, rows=rows_sql), (*column_params, *rows_params)
+        rows_sql, rows_params = compiler.compile(self.rows)  # a Subquery compiles in parentheses
+        return engine_for(connection).in_rows(column_sql, rows_sql), (*column_params, *rows_params)
 
 
 class JobAdmin(OperatorAdmin):

@@ -128,5 +128,18 @@ class Engine:
         """
         return self.json_push_bounded_template.format(column=column, value=value_sql, limit=int(limit))
 
+    def in_rows(self, column: str, subquery: str) -> str:
+        """SQL true where ``column`` is among the rows of ``subquery``, a SELECT in parentheses.
+
+        With array parameters it is ``column = ANY(ARRAY(subquery))``:
+        PostgreSQL reads the subquery once, before the statement, into an
+        array an index can look the column up in, also as one arm of an OR.
+        As ``column IN (subquery)`` its planner may run the subquery again per
+        row (a nested loop, or a subplan no index serves).
+        """
+        if self.supports_array_params:
+            return f"{column} = ANY(ARRAY{subquery})"
+        return f"{column} IN {subquery}"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.vendor}>"

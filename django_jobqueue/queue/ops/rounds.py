@@ -383,14 +383,9 @@ def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, lis
     worker_ids = (
         f"CASE WHEN task_backend = '' THEN worker_ids ELSE {engine.json_push('worker_ids', '%s')} END"
     )
-    # On PostgreSQL a subquery's ids are read once, into an array: as ``id IN
-    # (subquery)`` the planner may join it in a nested loop that runs the
-    # LIMIT … SKIP LOCKED subquery again per row, and so claim more than asked.
-    picked = (
-        f"id = ANY(ARRAY({ids_sql}))"
-        if engine.supports_array_params and ids_sql.startswith("SELECT")
-        else f"id IN ({ids_sql})"
-    )
+    # A subquery's ids are read once where the engine can (``Engine.in_rows``): run again per
+    # row, the LIMIT … SKIP LOCKED subquery would claim more than asked.
+    picked = engine.in_rows("id", f"({ids_sql})") if ids_sql.startswith("SELECT") else f"id IN ({ids_sql})"
     # status = 'ready' again: a job picked in the subquery and changed since (a
     # cancel) is re-checked here, on the row as it is now.
     sql = (
