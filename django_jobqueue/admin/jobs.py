@@ -22,8 +22,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import LIVE_STATUSES, Job, JobStatus
-from ..queue import JobChange
-from ..queue.engines import engine_for
+from ..queue import JobChange, engine_for
 from ..stats import format_age
 from . import dependencies
 from .attempts import timeline
