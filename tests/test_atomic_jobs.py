@@ -98,7 +98,9 @@ def test_a_job_that_raises_is_rolled_back_then_retried(queue, effects_table):
     assert row.status == "ready" and "ValueError: the effect must not stay" in row.last_error
     assert effects() == {}
     # Its last attempt: rolled back too, then dead-lettered.
-    Job.objects.filter(pk=claimed.pk).update(run_at=timezone.now())
+    # Due a second ago: SQLite's clock reads milliseconds, so a run_at of now, to the microsecond,
+    # may still be ahead of it within the same millisecond.
+    Job.objects.filter(pk=claimed.pk).update(run_at=timezone.now() - timedelta(seconds=1))
     again = queue.pull(worker_id="w")
     assert Executor(queue, "w").run(again) is Outcome.DEAD
     assert effects() == {}
