@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.urls import reverse
 
 from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import Job
@@ -184,3 +185,65 @@ def test_the_migration_keeps_every_job_and_the_id_sequence_both_ways(queue, job_
     assert partition_of(done.pk) == tables.FINISHED_JOBS
     assert partition_of(ready.pk) == tables.LIVE_JOBS
     assert job_factory().pk == ready.pk + 2
+
+
+# -- a row moved by another's UPDATE: a worker of a release before 0011, or a project's own ----------
+
+
+def moved_by_update(job_id: int) -> Callable[[], None]:
+    """An ack as a release before the partitions wrote it: an in-place ``UPDATE`` of the job table.
+
+    PostgreSQL moves the row to the finished jobs' partition itself, and a
+    statement that waited on the row then fails with a serialization error
+    ("tuple to be locked was already moved to another partition"): the queue
+    runs that statement again (``queue/conflicts.py``) and finds the job done.
+    """
+
+    def move() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {tables.JOB} SET status = 'done', finished_at = now(), locked_until = NULL "
+                "WHERE id = %s",
+                [job_id],
+            )
+
+    return move
+
+
+def test_a_cancel_that_waited_on_a_row_moved_by_update_cancels_nothing(queue, running):
+    changed = race(moved_by_update(running.pk), lambda: QueueClient().cancel_jobs([running.pk]))
+    assert changed == []
+    assert Job.objects.get(pk=running.pk).status == "done"
+
+
+def test_an_ack_and_a_nack_that_waited_on_a_row_moved_by_update_are_refused(queue, running):
+    assert race(moved_by_update(running.pk), lambda: QueueClient().ack(running, worker_id="w")) is False
+    other = queue.push("tests.noop", {})
+    claimed = queue.pull(worker_id="w")
+    assert claimed is not None and claimed.pk == other.pk
+    nacked = race(moved_by_update(other.pk), lambda: QueueClient().nack(claimed, worker_id="w", error="x"))
+    assert nacked is False
+    assert Job.objects.get(pk=other.pk).status == "done"
+
+
+def test_an_operator_inside_its_own_transaction_keeps_it_after_a_retried_conflict(queue, running):
+    """A retry inside the caller's transaction runs in a savepoint: the caller's work stands."""
+    spared = queue.push("tests.noop", {})
+
+    def cancel_in_a_transaction() -> list[Any]:
+        client = QueueClient()
+        with transaction.atomic():
+            first = client.cancel_jobs([spared.pk])
+            second = client.cancel_jobs([running.pk])
+        return [first, second]
+
+    first, second = race(moved_by_update(running.pk), cancel_in_a_transaction)
+    assert [change.job_id for change in first] == [spared.pk] and second == []
+    assert Job.objects.get(pk=spared.pk).status == "cancelled"
+
+
+def test_the_admin_cancel_of_a_row_moved_by_update_answers_with_a_message(queue, running, operator):
+    url = reverse("admin:django_jobqueue_job_cancel", args=[running.pk])
+    response = race(moved_by_update(running.pk), lambda: operator.post(url, {"post": "yes"}, follow=True))
+    assert response.status_code == 200
+    assert Job.objects.get(pk=running.pk).status == "done"

@@ -6,6 +6,7 @@ the statements in ``ops/``; it holds no state of its own beyond the database ali
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
@@ -22,6 +23,7 @@ from ..exceptions import WorkerIdInUse
 from ..models import DeadLetter, Job
 from . import batching, ops
 from .backoff import backoff_delay
+from .conflicts import retried, run_retrying
 from .ops.limited import FlowState
 from .preparation import Item, copyable, prepare_job, prepared
 from .tracing import traced_insert
@@ -84,7 +86,7 @@ class QueueClient:
                 )
             )
         new_jobs = list(jobs)
-        insert = ops.insert_waiting_jobs if any(new.depends_on for new in new_jobs) else ops.insert_jobs
+        insert = _waiting_insert(self.using) if any(new.depends_on for new in new_jobs) else ops.insert_jobs
         return batching.joined(
             traced_insert(
                 lambda trace_context: insert(self.using, new_jobs, trace_context),
@@ -108,7 +110,7 @@ class QueueClient:
     def _insert_one(self, new_job: ops.NewJob) -> Job:
         """Insert ``new_job``, with the trace context it is enqueued in, and return it."""
         batching.check_database(self.using)
-        insert = ops.insert_waiting_jobs if new_job.depends_on else ops.insert_jobs
+        insert = _waiting_insert(self.using) if new_job.depends_on else ops.insert_jobs
         job = traced_insert(
             lambda trace_context: insert(self.using, [new_job], trace_context)[0],
             f"jobqueue.enqueue {new_job.name}",
@@ -135,6 +137,7 @@ class QueueClient:
         queue_limits = [(q, limit) for q in dict.fromkeys(queues)] or None
         return self.claim(worker_id, queue_limits, limit, visibility_timeout)
 
+    @retried
     def claim(
         self,
         worker_id: str,
@@ -164,6 +167,7 @@ class QueueClient:
 
     # -- completing ------------------------------------------------------------
 
+    @retried
     def ack(self, job: JobRef, *, worker_id: str, result: Any = None) -> bool:
         """running -> done; False (and nothing changed) if this claim is no longer current.
 
@@ -177,6 +181,7 @@ class QueueClient:
         # A job of a batch, or one known by its id alone: its batch counts it in the ack's transaction.
         return ops.complete_counted(self.using, _fence(job, worker_id), result_json, keep)
 
+    @retried
     def ack_many(self, acks: Sequence[tuple[Job, Any]], *, worker_id: str) -> set[tuple[int, int]]:
         """Ack ``(job, result)`` pairs of claims ``pull`` returned, in one statement.
 
@@ -209,6 +214,7 @@ class QueueClient:
             (_as_id(job.pk), job.claim_token, encode_result(result) if keep else None) for job, result in acks
         ]
 
+    @retried
     def ack_and_claim(
         self,
         acks: Sequence[tuple[Job, Any]],
@@ -252,6 +258,7 @@ class QueueClient:
                 self._count_done(batch_of, acked)
         return acked, claimed
 
+    @retried
     def nack(
         self,
         job: JobRef,
@@ -287,6 +294,7 @@ class QueueClient:
         """The delay before the next attempt of a job that failed its ``attempts``-th, under the settings."""
         return backoff_delay(attempts, jobqueue_settings.BACKOFF_BASE, jobqueue_settings.BACKOFF_MAX)
 
+    @retried
     def fail(
         self, job: JobRef, *, worker_id: str, error: str = "", traceback: str = "", timed_out: bool = False
     ) -> bool:
@@ -298,11 +306,13 @@ class QueueClient:
         outcome = ops.failure_outcome(bool(timed_out), dead=True)
         return ops.bury(self.using, _fence(job, worker_id), error, traceback, outcome)
 
+    @retried
     def extend_visibility(self, job: JobRef, *, worker_id: str, extension: Duration) -> bool:
         """Set the claim's deadline to now + ``extension``; False if the claim is no longer current."""
         seconds = to_seconds(extension, "extension", allow_zero=False)
         return ops.extend(self.using, _fence(job, worker_id), seconds)
 
+    @retried
     def release(self, job: JobRef, *, worker_id: str) -> bool:
         """running -> ready now, without counting the attempt: for work a worker never ran.
 
@@ -325,6 +335,7 @@ class QueueClient:
         """
         return ops.finish_batches(self.using)
 
+    @retried
     def retry_dead_letter(self, dead_letter: DeadLetter | int) -> Job:
         """Put a dead letter back on its queue as a ready job with attempts reset.
 
@@ -333,6 +344,7 @@ class QueueClient:
         dead_letter_id = dead_letter.pk if isinstance(dead_letter, DeadLetter) else dead_letter
         return ops.retry_dead_letter(self.using, _as_id(dead_letter_id))
 
+    @retried
     def cancel(self, job: JobRef) -> bool:
         """ready, running or waiting -> cancelled; False if the job is finished or gone.
 
@@ -358,6 +370,7 @@ class QueueClient:
 
     # -- pauses ----------------------------------------------------------------
 
+    @retried
     def pause_queue(self, queue: str) -> bool:
         """Stop every worker claiming from ``queue``; False if it was already paused.
 
@@ -367,6 +380,7 @@ class QueueClient:
         """
         return ops.pause_queue(self.using, check_queue(queue))
 
+    @retried
     def resume_queue(self, queue: str) -> bool:
         """Let workers claim from ``queue`` again; False if it was not paused.
 
@@ -381,6 +395,7 @@ class QueueClient:
 
     # -- workers ---------------------------------------------------------------
 
+    @retried
     def extend_claims(
         self, jobs: Sequence[Job], *, worker_id: str, visibility_timeout: Duration | None = None
     ) -> set[int]:
@@ -396,6 +411,7 @@ class QueueClient:
         claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
         return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout))
 
+    @retried
     def record_progress(
         self, reports: Sequence[tuple[Job, Mapping[str, Any]]], *, worker_id: str
     ) -> set[tuple[int, int]]:
@@ -425,6 +441,7 @@ class QueueClient:
         claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
         return ops.ended_claims(self.using, claims) if claims else {}
 
+    @retried
     def register_worker(
         self,
         worker_id: str,
@@ -451,18 +468,22 @@ class QueueClient:
                 f"--worker-id, or wait until that one stops or its heartbeat is {window:g}s old"
             )
 
+    @retried
     def worker_heartbeat(self, worker_id: str) -> bool:
         """Mark a worker alive now; False if its row is gone (pruned while it was cut off)."""
         return ops.beat_worker(self.using, check_worker_id(worker_id))
 
+    @retried
     def resize_worker(self, worker_id: str, concurrency: int) -> bool:
         """Record that a worker now runs ``concurrency`` slots; False if its row is gone."""
         return ops.resize_worker(self.using, check_worker_id(worker_id), concurrency)
 
+    @retried
     def unregister_worker(self, worker_id: str) -> bool:
         """Delete a stopping worker's row; False if it was already gone."""
         return ops.unregister_worker(self.using, check_worker_id(worker_id))
 
+    @retried
     def prune_workers(self, older_than: Duration) -> int:
         """Delete the rows of workers silent for more than ``older_than``; return how many."""
         return ops.prune_workers(self.using, to_seconds(older_than, "older_than"))
@@ -476,7 +497,7 @@ class QueueClient:
         is a cancelled job whose ``unique_key`` a live job holds.
         """
         chunks = ops.batched(_job_ids(jobs), ops.ROWS_PER_STATEMENT)
-        return [change for chunk in chunks for change in ops.run_jobs_now(self.using, chunk)]
+        return [change for chunk in chunks for change in self._each(ops.run_jobs_now, chunk)]
 
     def cancel_jobs(self, jobs: Iterable[JobRef]) -> list[ops.JobChange]:
         """ready or running -> cancelled; return the jobs changed (finished and missing ones are skipped).
@@ -485,7 +506,13 @@ class QueueClient:
         a batch that cancelled running jobs wakes their workers on PostgreSQL.
         """
         chunks = ops.batched(_job_ids(jobs), ops.ROWS_PER_STATEMENT)
-        return [change for chunk in chunks for change in ops.cancel_jobs(self.using, chunk)]
+        return [change for chunk in chunks for change in self._each(ops.cancel_jobs, chunk)]
+
+    def _each(
+        self, step: Callable[[str, Sequence[int]], list[ops.JobChange]], chunk: Sequence[int]
+    ) -> list[ops.JobChange]:
+        """``step`` (one transaction) of one chunk of jobs, run again on a conflict (``run_retrying``)."""
+        return run_retrying(self.using, lambda: step(self.using, chunk))
 
     def retry_dead_letters(
         self,
@@ -530,12 +557,23 @@ class QueueClient:
             return 0
         limit = _batch_size(batch_size)
         done, after_id = 0, 0
-        while batch := step(self.using, matching, after_id, limit):
+        while True:
+            # Each batch run again on a conflict alone: the batches before it are committed.
+            batch = run_retrying(self.using, functools.partial(step, self.using, matching, after_id, limit))
+            if not batch:
+                return done
             done += len(batch)
             after_id = batch[-1].dead_letter_id
             if on_batch is not None:
                 on_batch(batch)
-        return done
+
+
+def _waiting_insert(using: str) -> Callable[..., list[Job]]:
+    """``ops.insert_waiting_jobs``, run again on a conflict: it locks the jobs it names in ``depends_on``.
+
+    Any other insert locks no row that is not its own, and so meets no conflict.
+    """
+    return lambda *args: run_retrying(using, lambda: ops.insert_waiting_jobs(*args))
 
 
 def _batch_of(acks: Sequence[tuple[Job, Any]]) -> dict[int, int]:

@@ -47,6 +47,10 @@ class Engine:
     # (``ops/moves.py``); new jobs that a unique key may keep out go straight to the live one.
     finished_jobs_apart: bool = False
 
+    # The SQLSTATEs of a statement given up for meeting another transaction (a deadlock,
+    # a serialization failure): the transition is run again (``queue/conflicts.py``).
+    conflict_codes: frozenset[str] = frozenset()
+
     # -- SQL fragments -----------------------------------------------------------
 
     # The database's current time, as the statements write it.

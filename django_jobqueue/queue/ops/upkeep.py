@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db import connections
 
+from ..conflicts import run_retrying
 from ..engines import Engine, engine_for
 from ..flow import RATE_UNITS
 from . import history
@@ -45,8 +46,8 @@ def tick_timeouts(using: str) -> int:
     """
     handled = 0
     while True:
-        moved = _bury_expired(using)
-        rescued = _rescue_expired(using)
+        moved = run_retrying(using, lambda: _bury_expired(using))
+        rescued = run_retrying(using, lambda: _rescue_expired(using))
         handled += moved + rescued
         if moved < TICK_BATCH and rescued < TICK_BATCH:
             return handled
@@ -103,19 +104,24 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
     """
     cursor, engine = cursor_and_engine(using)
     finished = f"status IN ('done', 'cancelled') AND finished_at < {engine.now_minus('%s')}"
+    # PostgreSQL re-checks a row changed meanwhile against the outer WHERE
+    # only, never the subquery's: SKIP LOCKED passes over a row that another
+    # transaction holds, and the guard repeated outside keeps a row made live
+    # from being deleted. SKIP LOCKED also keeps tickers from waiting on each other.
+    sql = (
+        f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} WHERE {finished} "
+        f"LIMIT %s {engine.skip_locked}) AND {finished}"
+    )
+
+    def delete_some() -> int:
+        cursor.execute(sql, [older_than, batch, older_than])
+        return int(cursor.rowcount)
+
     deleted = 0
     while True:
-        # PostgreSQL re-checks a row changed meanwhile against the outer WHERE
-        # only, never the subquery's: SKIP LOCKED passes over a row that another
-        # transaction holds, and the guard repeated outside keeps a row made live
-        # from being deleted. SKIP LOCKED also keeps tickers from waiting on each other.
-        cursor.execute(
-            f"DELETE FROM {JOB} WHERE id IN (SELECT id FROM {JOB} WHERE {finished} "
-            f"LIMIT %s {engine.skip_locked}) AND {finished}",
-            [older_than, batch, older_than],
-        )
-        deleted += cursor.rowcount
-        if cursor.rowcount < batch:
+        count = run_retrying(using, delete_some)
+        deleted += count
+        if count < batch:
             _prune_ledger(using)
             return deleted
 
