@@ -309,6 +309,9 @@ class Worker(models.Model):
     concurrency = models.IntegerField()
     started_at = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
+    # The ids of running jobs whose claims the last beat could not renew, their rows
+    # held by another transaction: tick_timeouts leaves them while this row beats.
+    held_claims = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.worker_id

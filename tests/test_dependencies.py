@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -12,6 +14,7 @@ from django.urls import reverse
 from django_jobqueue import DependencyError, QueueClient, enqueue, enqueue_many, job
 from django_jobqueue.models import DeadLetter, Dependency, Job
 from tests.faults.row_locks import race
+from tests.worker_support import wait_until
 
 
 @job(name="tests.deps.step")
@@ -358,6 +361,152 @@ def test_a_retry_racing_an_enqueue_that_names_the_dead_letter_repoints_the_new_e
     assert list(Dependency.objects.values_list("dependent_id", "dependency_id")) == [
         (made[0].pk, raced.result.pk)
     ]
+
+
+def test_an_enqueue_naming_running_jobs_holds_up_neither_their_heartbeat_nor_a_round(queue, on_postgresql):
+    """The enqueue keeps its dependencies from finishing until it commits, and from nothing else.
+
+    Its transaction left open, the worker's heartbeat still renews every claim
+    and its round writes every other ack; the ack it passed over goes through
+    after the commit, and releases the new dependent.
+    """
+    a, b, other = step.enqueue(n=1), step.enqueue(n=2), step.enqueue(n=3)
+    claimed = {job_.pk: job_ for job_ in queue.pull_many(worker_id="w", limit=3)}
+    made: list[Job] = []
+
+    def enqueue_dependent() -> None:
+        made.append(step.using(depends_on=[a, b]).enqueue())
+
+    beat = race(enqueue_dependent, lambda: QueueClient().extend_claims(list(claimed.values()), worker_id="w"))
+    assert not beat.blocked and beat.result == {a.pk, b.pk, other.pk}
+    acks = [(claimed[pk], None) for pk in (b.pk, other.pk, a.pk)]
+    made.clear()
+    round_ = race(
+        enqueue_dependent,
+        lambda: QueueClient().ack_and_claim(acks, worker_id="w", queue_limits=None, limit=1),
+    )
+    assert not round_.blocked
+    acked, _claimed = round_.result
+    if on_postgresql:
+        # a and b cannot finish before the enqueue commits: passed over, not waited on.
+        assert acked == {(other.pk, claimed[other.pk].claim_token)}
+        assert status(a) == status(b) == "running"
+        acked, _claimed = queue.ack_and_claim(acks[::2], worker_id="w", queue_limits=None, limit=1)
+    assert {job_id for job_id, _token in acked} >= {a.pk, b.pk}
+    assert status(made[0]) == "ready", "the acks after the commit found the mark and released it"
+    assert not Dependency.objects.filter(dependent=made[0]).exists()
+
+
+def test_the_mark_on_a_dependency_is_written_when_the_enqueue_commits(
+    queue, postgresql_only, other_connection
+):
+    a = step.enqueue()
+
+    def may_update() -> bool:
+        """Whether a heartbeat could change ``a`` now: its row not held against such an update."""
+        with other_connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {Job._meta.db_table} WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED", [a.pk]
+            )
+            return cursor.fetchone() is not None
+
+    with transaction.atomic():
+        step.using(depends_on=[a]).enqueue()
+        assert may_update(), "no write to the dependency's row before the commit"
+    assert Job.objects.get(pk=a.pk).has_dependents
+
+
+def test_an_enqueue_between_two_acks_of_one_transaction_meets_no_deadlock(queue, on_postgresql):
+    """The worker holds b's ack; the enqueue naming a and b comes; then the worker acks a.
+
+    Before: the enqueue locked a, waited on b, the ack of a waited on the
+    enqueue, and the database ended one of them with a deadlock. Now the ack
+    passes a over (the enqueue keeps it from finishing) and commits; the
+    enqueue then sees b done, and a's ack, once it commits, releases.
+    """
+    a, b = step.enqueue(n=1), step.enqueue(n=2)
+    claimed = {job_.pk: job_ for job_ in queue.pull_many(worker_id="w", limit=2)}
+    made: list[Job] = []
+    with transaction.atomic():
+        assert queue.ack_many([(claimed[b.pk], None)], worker_id="w")
+        enqueue_thread = threading.Thread(target=lambda: _enqueue_into(made, [a, b]))
+        enqueue_thread.start()
+        if on_postgresql:
+            wait_until(lambda: _waiting_backends() > 0, 10, "the enqueue waiting on b's ack")
+        acked = queue.ack_many([(claimed[a.pk], None)], worker_id="w")
+    enqueue_thread.join(30)
+    assert len(made) == 1, "the enqueue failed"
+    if on_postgresql:
+        assert acked == set(), "a, held by the enqueue, was passed over"
+        assert queue.ack_many([(claimed[a.pk], None)], worker_id="w")
+    assert status(a) == status(b) == "done"
+    assert status(made[0]) == "ready"
+
+
+def _enqueue_into(made: list[Job], depends_on: list[Job]) -> None:
+    try:
+        made.append(step.using(depends_on=depends_on).enqueue())
+    finally:
+        connections.close_all()
+
+
+def _waiting_backends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        return int(cursor.fetchone()[0])
+
+
+def test_enqueues_naming_jobs_that_a_big_round_acks_meet_no_deadlock(queue):
+    """A worker acking b, 2,000 other jobs, then a, in one round, against an enqueue naming a and b.
+
+    Each enqueue runs while the round may be anywhere in its rows, on two
+    connections: neither side ever sees a deadlock, and the dependent is
+    released exactly once, by whichever ack comes last.
+    """
+    for _attempt in range(5):
+        _enqueue_against_a_big_round(queue)
+        Job.objects.all().delete()
+
+
+def _enqueue_against_a_big_round(queue: QueueClient) -> None:
+    a, b = step.enqueue(n=1), step.enqueue(n=2)
+    enqueue_many([("tests.deps.step", {"n": 3}, {})] * 2000)
+    claimed = {job_.pk: job_ for job_ in queue.pull_many(worker_id="w", limit=2002)}
+    middle = [job_ for pk, job_ in claimed.items() if pk not in (a.pk, b.pk)]
+    acks = [(claimed[b.pk], None), *((job_, None) for job_ in middle), (claimed[a.pk], None)]
+    errors: list[BaseException] = []
+    acked: set[tuple[int, int]] = set()
+
+    def round_() -> None:
+        try:
+            acked.update(QueueClient().ack_many(acks, worker_id="w"))
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=round_)
+    worker.start()
+    # The enqueue comes once the round has locked b (its first row), before it reaches a.
+    while worker.is_alive() and connection.vendor == "postgresql" and not _locked(b):
+        pass
+    dependent = step.using(depends_on=[a, b]).enqueue()
+    worker.join(60)
+    assert errors == [] and len(acked) >= 2000
+    rest = [(claimed[pk], None) for pk in (a.pk, b.pk) if (pk, claimed[pk].claim_token) not in acked]
+    assert queue.ack_many(rest, worker_id="w") == {(job_.pk, job_.claim_token) for job_, _ in rest}
+    assert status(a) == status(b) == "done"
+    assert status(dependent) == "ready"
+    assert not Dependency.objects.exists()
+
+
+def _locked(job_: Job) -> bool:
+    """Whether another transaction holds ``job_``'s row against deletion (a probe that holds nothing)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {Job._meta.db_table} WHERE id = %s FOR KEY SHARE SKIP LOCKED", [job_.pk]
+        )
+        return cursor.fetchone() is None
 
 
 # -- where it shows --------------------------------------------------------------

@@ -112,12 +112,24 @@ def running(queue: QueueClient) -> Iterator[Job]:
     yield job
 
 
-def test_a_heartbeat_that_waited_on_an_ack_passes_the_job_over(queue, running):
-    held = race(
-        lambda: queue.ack(running, worker_id="w"),
-        lambda: QueueClient().extend_claims([running], worker_id="w"),
-    )
-    assert held == set()
+def test_a_heartbeat_passes_over_a_row_an_ack_holds_and_finds_it_done_after(queue, running):
+    """The heartbeat never waits on another transaction's row: held up while it is held, gone after."""
+    outcome: dict[str, Any] = {}
+
+    def beat_meanwhile() -> None:
+        try:
+            outcome["beat"] = QueueClient().beat([running], worker_id="w")
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        queue.ack(running, worker_id="w")
+        thread = threading.Thread(target=beat_meanwhile)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "the beat waited on the ack's row"
+    assert outcome["beat"].renewed == set() and outcome["beat"].held_up == {running.pk}
+    assert QueueClient().beat([running], worker_id="w").held_up == set()
     assert Job.objects.get(pk=running.pk).status == "done"
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
+from django_jobqueue import QueueClient
 from django_jobqueue.exceptions import WorkerIdInUse
 from django_jobqueue.models import Job, Worker
 
@@ -105,3 +109,41 @@ def test_an_enqueue_that_inserts_nothing_notifies_nobody(queue, listener):
     assert received(listener) == ["default"]
     assert queue.push("tests.noop", {}, unique_key="k").pk == first.pk
     assert received(listener) == []
+
+
+def test_a_claim_held_up_by_another_transaction_is_kept_not_handed_back(queue, job_factory, postgresql_only):
+    """An operator's cancel holds a running job's row past its deadline, then rolls back.
+
+    The worker's beats pass the row over and name it on the worker's row, so
+    the tick leaves the expired claim to its living owner: after the rollback
+    the next beat renews it, and the job was never handed out twice.
+    """
+    queue.register_worker("w", hostname="h", pid=1, queues=[], concurrency=1)
+    job = job_factory(visibility_timeout=1)
+    claimed = queue.pull(worker_id="w")
+    assert claimed is not None and claimed.pk == job.pk
+    beats: list[Any] = []
+
+    def beat() -> None:
+        try:
+            beats.append(QueueClient().beat([claimed], worker_id="w"))
+        finally:
+            connections.close_all()
+
+    with pytest.raises(RolledBack), transaction.atomic():
+        assert QueueClient().cancel_jobs([job.pk])
+        time.sleep(1.1)  # the claim's deadline passes while the cancel holds the row
+        thread = threading.Thread(target=beat)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "the beat waited on the cancel's row"
+        raise RolledBack
+    assert beats[0].renewed == set() and beats[0].held_up == {job.pk} and beats[0].registered
+    assert Job.objects.get(pk=job.pk).locked_until < timezone.now(), "expired, and not renewed"
+    assert queue.tick_timeouts() == 0, "the claim its owner keeps was not handed back"
+    assert queue.beat([claimed], worker_id="w").renewed == {job.pk}
+    assert queue.ack(claimed, worker_id="w")
+
+
+class RolledBack(Exception):
+    pass

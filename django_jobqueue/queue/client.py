@@ -188,6 +188,10 @@ class QueueClient:
         Return the ``(id, claim_token)`` of the claims acked. Each ack is fenced
         by its own claim's token, exactly as ``ack`` given the ``Job``: a job
         whose claim is no longer current is left unchanged and missing from the result.
+        On PostgreSQL a job whose row another transaction holds (an operator's
+        cancel still open, an enqueue naming it in ``depends_on``) is passed
+        over rather than waited on, and missing too: ``ended_claims`` tells
+        the two apart, and such an ack goes through once that transaction ends.
         """
         completions = self._completions(acks)
         if not completions:
@@ -228,7 +232,8 @@ class QueueClient:
 
         A worker's round: one commit, and so one flush of the database's log,
         both finishes a batch and claims the slots it frees. Return what each
-        returns. If either statement fails, neither is committed.
+        returns (an ack passed over as ``ack_many`` passes it over is missing).
+        If either statement fails, neither is committed.
         """
         if not acks:
             return set(), self.claim(worker_id, queue_limits, limit, visibility_timeout)
@@ -409,7 +414,28 @@ class QueueClient:
         if visibility_timeout is not None:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
         claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
-        return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout))
+        return set(ops.extend_claims(self.using, check_worker_id(worker_id), claims, timeout)[0])
+
+    @retried
+    def beat(
+        self, jobs: Sequence[Job], *, worker_id: str, visibility_timeout: Duration | None = None
+    ) -> ops.Beat:
+        """A worker's heartbeat: ``extend_claims(jobs)``, then its row marked alive now.
+
+        A claim whose row another transaction holds (an operator's cancel, still
+        open) is passed over, not waited on, and named on the worker's row:
+        ``tick_timeouts`` does not hand it back while the worker beats
+        (``held_up`` in the result). ``registered`` is False if the worker's row
+        is gone (pruned while it was cut off).
+        """
+        timeout = None
+        if visibility_timeout is not None:
+            timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
+        worker_id = check_worker_id(worker_id)
+        claims = [(_as_id(job.pk), job.claim_token) for job in jobs]
+        renewed, held_up = ops.extend_claims(self.using, worker_id, claims, timeout) if claims else ([], [])
+        registered = ops.beat_worker(self.using, worker_id, held_up)
+        return ops.Beat(set(renewed), set(held_up), registered)
 
     @retried
     def record_progress(

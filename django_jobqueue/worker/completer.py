@@ -21,12 +21,22 @@ a signal), the completer's own thread writes the acks that still come.
 Slots thereby never open a database connection for a job that does not use
 one, instead of each slot holding one (or reconnecting per job when
 ``CONN_MAX_AGE`` is 0).
+
+A batch passes over a job whose row another transaction holds (an
+operator's cancel still open, an enqueue that names the job in
+``depends_on``) rather than wait on it with every other ack of the round
+(``queue/ops/acks.py``). Such an ack is *blocked*: its claim still holds,
+so it stays pending, heartbeat included, and is written again every
+``BLOCKED_RETRY`` seconds until it goes through, or until the claim is found
+lost (the cancel committed).
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +46,14 @@ from .outage import DATABASE_ERRORS, close_connection
 from .outcomes import Outcome
 from .service import Service
 
+logger = logging.getLogger(__name__)
+
 # Acks written per statement at most; more wait for the next round trip.
 MAX_BATCH = 500
 # How often an idle completer looks up to see whether it should stop.
 IDLE_SLICE = 0.1
+# Seconds between tries of an ack whose row another transaction held.
+BLOCKED_RETRY = 0.5
 
 
 # Told of an ack once its batch is written: DONE or LOST (the claim was no longer current),
@@ -50,12 +64,14 @@ Report = Callable[[Outcome, "BaseException | None"], None]
 class PendingAck:
     """One slot's ack, waiting for the statement that writes it."""
 
-    __slots__ = ("job", "result", "report")
+    __slots__ = ("job", "result", "report", "blocked")
 
     def __init__(self, job: Job, result: Any, report: Report) -> None:
         self.job = job
         self.result = result
         self.report = report
+        # A batch passed it over before: its slot frees only once it goes through.
+        self.blocked = False
 
 
 class Answer:
@@ -110,6 +126,9 @@ class Completer(Service):
         # wait_for's: how many waiting acks end its wait (0: nobody waits), and the wake-up.
         self._wanted = 0
         self._enough = threading.Event()
+        # Acks a batch passed over, their rows held by another transaction, and when to try them again.
+        self._blocked: list[PendingAck] = []
+        self._blocked_due = 0.0
 
     def submit(self, job: Job, result: Any, report: Report) -> bool:
         """Queue the ack of ``job`` for the next batch; ``report`` hears how it went once written.
@@ -139,8 +158,14 @@ class Completer(Service):
             self._wanted = 0
 
     def take(self) -> list[PendingAck]:
-        """Return the acks waiting now (at most ``MAX_BATCH``), for the caller to write and ``settle``."""
+        """Return the acks waiting now (at most ``MAX_BATCH``), for the caller to write and ``settle``.
+
+        Blocked acks come along once they are due again.
+        """
         batch: list[PendingAck] = []
+        with self._lock:
+            if self._blocked and time.monotonic() >= self._blocked_due:
+                batch, self._blocked = self._blocked[:MAX_BATCH], self._blocked[MAX_BATCH:]
         while len(batch) < MAX_BATCH:
             try:
                 batch.append(self._pending.get_nowait())
@@ -149,10 +174,43 @@ class Completer(Service):
         return batch
 
     def settle(self, batch: list[PendingAck], acked: set[tuple[int, int]]) -> None:
-        """Tell the slots of ``batch``, written, which of their acks the queue took."""
+        """Tell the slots of ``batch``, written, which of their acks the queue took.
+
+        An ack left out whose claim still holds was passed over (its row held):
+        it is kept, blocked, and comes back in a later ``take``.
+        """
+        if not batch:
+            return
+        left_out = [pending for pending in batch if (pending.job.pk, pending.job.claim_token) not in acked]
+        blocked = self._still_held(left_out) if left_out else []
+        if blocked:
+            for pending in blocked:
+                pending.blocked = True
+            with self._lock:
+                self._blocked += blocked
+                self._blocked_due = time.monotonic() + BLOCKED_RETRY
+            held = {id(pending) for pending in blocked}
+            batch = [pending for pending in batch if id(pending) not in held]
         if batch:
             self.on_written([pending.job for pending in batch])
             self.reporter.report(batch, acked, None)
+
+    def _still_held(self, left_out: list[PendingAck]) -> list[PendingAck]:
+        """The acks of ``left_out`` whose claims still hold: passed over, not lost."""
+        try:
+            ended = self.client.ended_claims([pending.job for pending in left_out])
+        except DATABASE_ERRORS:
+            close_connection(self.client.using)
+            return left_out  # tried again later, when the read can tell
+        blocked = [pending for pending in left_out if pending.job.pk not in ended]
+        for pending in blocked:
+            logger.debug("job %s: its row is held by another transaction; its ack waits", pending.job.pk)
+        return blocked
+
+    def blocked_jobs(self) -> list[Job]:
+        """The jobs whose acks wait on a row another transaction holds."""
+        with self._lock:
+            return [pending.job for pending in self._blocked]
 
     def fail(self, batch: list[PendingAck], error: BaseException) -> None:
         """Tell the slots of ``batch`` that writing it raised ``error``: their jobs run again later."""
@@ -165,12 +223,14 @@ class Completer(Service):
         try:
             while True:
                 try:
-                    first = self._pending.get(timeout=IDLE_SLICE)
+                    first = [self._pending.get(timeout=IDLE_SLICE)]
                 except queue.Empty:
                     if self.stopping:
                         return
-                    continue
-                self._write([first, *self.take()])
+                    first = []
+                batch = [*first, *self.take()]
+                if batch:
+                    self._write(batch)
         finally:
             self._close()
 
@@ -190,11 +250,22 @@ class Completer(Service):
         self.settle(batch, acked)
 
     def _close(self) -> None:
-        # Stop taking acks, then write those that came in meanwhile.
+        # Stop taking acks, then write those that came in meanwhile, and once more those blocked.
         with self._lock:
             self._accepting = False
+            self._blocked_due = 0.0
         while batch := self.take():
             self._write(batch)
+            with self._lock:
+                if self._blocked_due:
+                    break  # still held: their claims expire, and the jobs run again
+        for job in self.blocked_jobs():
+            logger.warning(
+                "job %s id=%s: its ack could not be written before the worker stopped (another transaction "
+                "holds its row); it runs again once its claim expires",
+                job.name,
+                job.pk,
+            )
 
 
 class Reporter(Service):

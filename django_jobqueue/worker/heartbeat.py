@@ -10,7 +10,10 @@ time even if the worker was idle and beating slowly.
 So a short visibility timeout finds a dead worker quickly, while a job that
 runs ten times longer than it is never handed out twice: the claim dies with
 the process, not with the timeout. All the running jobs' claims are extended
-in one statement per beat.
+in one statement per beat, which passes over a row another transaction holds
+(an operator's cancel, still open) instead of waiting on it with every other
+claim: such a claim is named on the worker's row, and ``tick_timeouts``
+leaves it alone while the row beats (``QueueClient.beat``).
 """
 
 from __future__ import annotations
@@ -104,12 +107,9 @@ class Heartbeat(Service):
             self.pause(next_beat - time.monotonic())
 
     def beat(self, jobs: Sequence[Job]) -> None:
-        if jobs:
-            held = self.client.extend_claims(
-                jobs, worker_id=self.worker_id, visibility_timeout=self.visibility_timeout
-            )
-            self._report_lost([job for job in jobs if job.pk not in held])
-        if not self.client.worker_heartbeat(self.worker_id):
+        beat = self.client.beat(jobs, worker_id=self.worker_id, visibility_timeout=self.visibility_timeout)
+        self._report_lost([job for job in jobs if job.pk not in beat.renewed and job.pk not in beat.held_up])
+        if not beat.registered:
             logger.warning("worker %s: its row was pruned as stale; registering again", self.worker_id)
             self.register()
 

@@ -316,8 +316,9 @@ class Supervisor:
                 self.completer.wait_for(held - len(acks), ACK_LINGER)
                 acks += self.completer.take()
             # The slots of the jobs acked in this round are free once it commits (under --pool
-            # processes, a slot holds as many jobs as its child's batch may: Slots.capacity).
-            free = self.slots.capacity - held + len(acks)
+            # processes, a slot holds as many jobs as its child's batch may: Slots.capacity); not
+            # those of acks passed over before, which may be passed over again.
+            free = self.slots.capacity - held + sum(not pending.blocked for pending in acks)
             if self.config.max_jobs is not None:
                 free = min(free, self.config.max_jobs - self.started)
             if free > 0 or acks:
@@ -454,7 +455,9 @@ class Supervisor:
         return left == 0
 
     def _hand_back_running(self) -> None:
-        held = self.running.snapshot()
+        # A job whose ack waits on another transaction's lock ran: it is not handed back as unrun.
+        finished = {job.pk for job in self.completer.blocked_jobs()}
+        held = [job for job in self.running.snapshot() if job.pk not in finished]
         for job in held:
             self.executor.hand_back(job)
         # Their code may still run: it is told to stop (ctx.cancelled), then forced or abandoned.

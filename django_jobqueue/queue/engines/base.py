@@ -55,8 +55,15 @@ class Engine:
 
     # The database's current time, as the statements write it.
     now: str = ""
-    # Appended to a subquery that picks rows to change: lock them, passing over locked ones.
+    # Appended to a subquery that picks rows to delete or move: lock them, passing over locked ones.
     skip_locked: str = ""
+    # The same for rows changed in place, their keys untouched (a claim, a rescue, a heartbeat):
+    # a lock that an enqueue's ``for_key_share`` of the row does not hold up.
+    skip_locked_in_place: str = ""
+    # Appended to a read of jobs that must not finish (be deleted or moved) until this
+    # transaction commits, while they may still be claimed, beat and changed in place: the
+    # dependencies an enqueue names (``ops/dependencies.py``). "" where no row locks exist.
+    for_key_share: str = ""
     # Appended to a read whose rows this transaction changes next: lock them, waiting.
     for_update: str = ""
     # Appended to a read of rows another transaction must not delete until this one commits.
@@ -96,6 +103,8 @@ class Engine:
     # The JSON array ``column`` with the JSON value ``value`` appended, its item at
     # index 1 dropped first once it holds ``limit`` items (the first one is kept).
     json_push_bounded_template: str = ""
+    # SQL true where the JSON array ``array`` holds the number ``value``.
+    json_array_has_template: str = ""
 
     def now_plus(self, seconds_sql: str) -> str:
         """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""
@@ -131,6 +140,10 @@ class Engine:
         A full array loses its second item, so that its first one stays.
         """
         return self.json_push_bounded_template.format(column=column, value=value_sql, limit=int(limit))
+
+    def json_array_has(self, array: str, value: str) -> str:
+        """SQL true where the JSON array ``array`` (an SQL expression) holds the number ``value``."""
+        return self.json_array_has_template.format(array=array, value=value)
 
     def in_rows(self, column: str, subquery: str) -> str:
         """SQL true where ``column`` is among the rows of ``subquery``, a SELECT in parentheses.

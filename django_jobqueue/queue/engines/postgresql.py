@@ -43,6 +43,8 @@ class PostgreSQLEngine(Engine):
     commit_mode_sql = "SELECT set_config('synchronous_commit', %s, true)"
     clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
+    skip_locked_in_place = "FOR NO KEY UPDATE SKIP LOCKED"
+    for_key_share = "FOR KEY SHARE"
     for_update = "FOR UPDATE"
     for_share = "FOR SHARE"
     # psycopg's server-side binding sends None untyped.
@@ -59,3 +61,4 @@ class PostgreSQLEngine(Engine):
         "(CASE WHEN jsonb_array_length({column}) >= {limit} THEN {column} - 1 ELSE {column} END "
         "|| jsonb_build_array({value}))"
     )
+    json_array_has_template = "({array} @> to_jsonb({value}))"

@@ -38,3 +38,4 @@ class SQLiteEngine(Engine):
         "json_insert(CASE WHEN json_array_length({column}) >= {limit} THEN json_remove({column}, '$[1]') "
         "ELSE {column} END, '$[#]', json({value}))"
     )
+    json_array_has_template = "EXISTS (SELECT 1 FROM json_each({array}) WHERE json_each.value = {value})"

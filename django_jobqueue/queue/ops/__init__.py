@@ -1,13 +1,14 @@
 """Every statement that changes a job, dead-letter or worker row, and nothing else.
 
-One module per stage: ``enqueue`` and ``copy`` (new jobs), ``claims`` (claim,
-ack, retry, bury, extend, release), ``upkeep`` (expired claims, pruning),
-``history`` (the attempt history's entry, which those write), ``dependencies``
-(``depends_on``), ``dead_letters``, ``operator`` (the admin's batches),
-``batches`` (``batch()``'s counts and callback, which the others call),
-``pauses`` (queue pauses) and ``workers``
-(worker rows); what they share is in ``tables``, and what differs per database
-in ``queue/engines``.
+One module per stage: ``enqueue`` and ``copy`` (new jobs), ``rounds`` and
+``limited`` (claims), ``acks``, ``claims`` (retry, bury, extend, release),
+``upkeep`` (expired claims, pruning), ``history`` (the attempt history's
+entry, which those write), ``dependencies`` (``depends_on``),
+``dead_letters``, ``operator`` (the admin's batches), ``batches``
+(``batch()``'s counts and callback, which the others call), ``pauses`` (queue
+pauses) and ``workers`` (worker rows); what they share is in ``tables``, what
+differs per database in ``queue/engines``, and how a conflict with another
+transaction is met in ``queue/conflicts.py``.
 
 Each transition names the state it expects (and, for a claimed job, the claim
 it expects) in its ``WHERE`` clause, and reports whether it changed a row: a
@@ -19,13 +20,11 @@ Callers outside ``queue/`` go through ``QueueClient`` and the names
 ``django_jobqueue.queue`` exports; none imports a stage module.
 """
 
+from .acks import complete, complete_counted, complete_many
 from .batches import Counts, finish_batches, open_batch, record_outcomes, seal_batch, tally
 from .claims import (
     attempts_of,
     bury,
-    complete,
-    complete_counted,
-    complete_many,
     ended_claims,
     extend,
     extend_claims,
@@ -51,6 +50,7 @@ from .rounds import claim, claim_round
 from .tables import CANCEL_CHANNEL, NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
 from .upkeep import prune, tick_timeouts
 from .workers import (
+    Beat,
     beat_worker,
     live_worker,
     prune_workers,
@@ -76,6 +76,7 @@ __all__ = [
     "RetriedDeadLetter",
     "attempts_of",
     "batched",
+    "Beat",
     "beat_worker",
     "bury",
     "cancel_jobs",

@@ -9,10 +9,16 @@ retry points them to the new job.
 
 What serialises the statements that meet on one row (docs/workflows.md):
 
-- an enqueue naming job A and A's ack, cancel or burial: the enqueue writes
-  A's ``has_dependents`` (a row lock on PostgreSQL, the write lock on SQLite)
-  before it adds the edge, so an ack committing first is seen as ``done`` and
-  an ack coming after finds the flag, and takes the releasing ack;
+- an enqueue naming job A and A's ack, cancel or burial. On PostgreSQL the
+  enqueue reads A ``FOR KEY SHARE``: every way out of the live jobs deletes
+  A's row there, and so waits until the enqueue commits (a worker's batch of
+  acks passes over A and tries it again), while A's claim, heartbeat, retry
+  and progress, which change it in place, go on. The enqueue's commit marks A
+  ``has_dependents`` (migration 0012's deferred trigger), holding A's lock
+  for the commit alone; the ack that comes after finds the mark, and takes the
+  releasing ack. On SQLite the enqueue writes the mark itself, under the
+  write lock it holds anyway. Either way an ack committing first is seen as
+  ``done``;
 - an enqueue naming a dead letter and its retry or deletion: the enqueue reads
   the dead letter ``FOR SHARE``, so the retry re-points (or the deletion
   cancels) after the edge is committed, or the enqueue finds it gone;
@@ -31,6 +37,7 @@ from django.db import transaction
 
 from ...exceptions import DependencyError
 from ...models import Dependency, Job
+from ..engines import Engine
 from .enqueue import insert_jobs
 from .moves import Change, transition
 from .tables import (
@@ -63,12 +70,17 @@ def insert_waiting_jobs(
     with transaction.atomic(using=using):
         outstanding = lock_dependencies(using, sorted({d for new in new_jobs for d in new.depends_on}))
         jobs = insert_jobs(using, new_jobs, trace_context)
-        edges = [
-            (job.pk, dependency)
-            for job, new in zip(jobs, new_jobs, strict=True)
-            for dependency in new.depends_on
-            if dependency in outstanding
-        ]
+        # In dependency order: the commit marks the dependencies in the order of the edges
+        # (migration 0012), so two enqueues' commits mark them as they locked them, in id order.
+        edges = sorted(
+            (
+                (job.pk, dependency)
+                for job, new in zip(jobs, new_jobs, strict=True)
+                for dependency in new.depends_on
+                if dependency in outstanding
+            ),
+            key=lambda edge: (edge[1], edge[0]),
+        )
         waiting = sorted({dependent for dependent, _ in edges})
         cursor, _ = cursor_and_engine(using)
         for chunk in batched(edges, ROWS_PER_STATEMENT):
@@ -87,23 +99,19 @@ def insert_waiting_jobs(
 
 
 def lock_dependencies(using: str, job_ids: Sequence[int]) -> set[int]:
-    """Mark and lock each of ``job_ids`` as a dependency; return those not done yet.
+    """Lock each of ``job_ids`` as a dependency; return those not done yet.
 
-    A live job gets ``has_dependents`` (so that its ack releases), a dead letter
-    is read ``FOR SHARE`` (so that its retry or deletion waits for this
-    transaction). A done job is no edge. Raise ``DependencyError`` for a
-    cancelled job and for an id neither in the jobs nor in the dead letters.
+    A live job is kept from finishing until this transaction commits, and
+    marked ``has_dependents`` (so that its ack releases): by the commit on
+    PostgreSQL, here elsewhere. A dead letter is read ``FOR SHARE`` (so that
+    its retry or deletion waits for this transaction). A done job is no edge.
+    Raise ``DependencyError`` for a cancelled job and for an id neither in the
+    jobs nor in the dead letters.
     """
     cursor, engine = cursor_and_engine(using)
     outstanding: set[int] = set()
     for chunk in batched(job_ids, ROWS_PER_STATEMENT):
-        # Locked in id order, as every enqueue locks them: two never wait on each other.
-        cursor.execute(
-            f"UPDATE {JOB} SET has_dependents = TRUE WHERE id IN (SELECT id FROM {JOB} "
-            f"WHERE id IN ({marks(chunk)}) AND status IN {UNFINISHED} ORDER BY id {engine.for_update}) "
-            f"AND status IN {UNFINISHED} RETURNING id",
-            list(chunk),
-        )
+        cursor.execute(_outstanding_sql(engine, len(chunk)), list(chunk))
         outstanding.update(row[0] for row in cursor.fetchall())
     rest = [job_id for job_id in job_ids if job_id not in outstanding]
     for chunk in batched(rest, ROWS_PER_STATEMENT):
@@ -128,6 +136,22 @@ def lock_dependencies(using: str, job_ids: Sequence[int]) -> set[int]:
             )
         outstanding.update(dead)
     return outstanding
+
+
+def _outstanding_sql(engine: Engine, count: int) -> str:
+    """The statement that locks ``count`` dependencies, live ones in id order, and returns those live.
+
+    In id order, as every enqueue locks them: two enqueues never wait on each other in a circle.
+    """
+    live = f"id IN ({', '.join(['%s'] * count)}) AND status IN {UNFINISHED}"
+    if engine.for_key_share:
+        # Read, not written: the row's lock is a key share, which a claim, a heartbeat or a
+        # retry (each an UPDATE that leaves its keys alone) does not wait on (module docstring).
+        return f"SELECT id FROM {JOB} WHERE {live} ORDER BY id {engine.for_key_share}"
+    return (
+        f"UPDATE {JOB} SET has_dependents = TRUE WHERE id IN (SELECT id FROM {JOB} WHERE {live} "
+        f"ORDER BY id {engine.for_update}) AND status IN {UNFINISHED} RETURNING id"
+    )
 
 
 def _listed(job_ids: Sequence[int]) -> str:
@@ -243,7 +267,7 @@ def repair_waiting(using: str) -> int:
         with transaction.atomic(using=using):
             cursor.execute(
                 f"UPDATE {JOB} SET status = 'ready' WHERE id IN (SELECT id FROM {JOB} WHERE {free} "
-                f"LIMIT {REPAIR_BATCH} {engine.skip_locked}) AND {free} RETURNING queue"
+                f"LIMIT {REPAIR_BATCH} {engine.skip_locked_in_place}) AND {free} RETURNING queue"
             )
             rows = cursor.fetchall()
             notify_queues(using, [row[0] for row in rows])

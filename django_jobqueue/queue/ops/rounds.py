@@ -22,7 +22,7 @@ from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
 from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
-from .claims import acked_statement, complete_arrays_cte, complete_held_back, complete_many
+from .acks import acked_statement, complete_arrays_cte, complete_held_back, complete_many
 from .limited import (
     KEYED_SEEN,
     NOT_PAUSED_ROW,
@@ -201,7 +201,13 @@ def _limited_round(
     marker_sql = _flow_marker(keyed_seen=KEYED_SEEN, held=pick.held, walked=pick.walked)
     served = limited_queues(round_.queue_limits, round_.limits)
     rated = rated_queues(served, round_.limits)
-    update, update_params = _claim_update(engine, round_, "SELECT id FROM picked")
+    # The picks locked as the plain claim locks its own: a job another transaction holds
+    # (an operator's cancel of it, still open) is passed over, not waited on under the flow lock.
+    locked = (
+        f"SELECT id FROM {live_jobs(engine)} WHERE id IN (SELECT id FROM picked) AND status = 'ready' "
+        f"{engine.skip_locked_in_place}"
+    )
+    update, update_params = _claim_update(engine, round_, locked)
     if engine.supports_pipeline:
         sql = with_ + ", ".join(ctes) + f", claimed AS ({update})"
         sql_params = [*params, *update_params]
@@ -350,7 +356,7 @@ def _plain_picked(
         params += list(limits)
         sql = (
             f"SELECT {columns} FROM {jobs} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked}"
+            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked_in_place}"
         )
         return sql, params
     branches = []
@@ -359,8 +365,8 @@ def _plain_picked(
             continue
         branches.append(
             f"SELECT * FROM (SELECT id, priority, run_at FROM {jobs} WHERE {due} AND queue = %s "
-            f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} {engine.skip_locked}) "
-            "AS branch"
+            f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} "
+            f"{engine.skip_locked_in_place}) AS branch"
         )
         params += [queue, queue]
     if not branches:

@@ -54,7 +54,25 @@ def tick_timeouts(using: str) -> int:
 
 
 def _expired(engine: Engine) -> str:
-    return f"status = 'running' AND locked_until < {engine.now}"
+    return f"status = 'running' AND locked_until < {engine.now} AND NOT {_held_up(engine)}"
+
+
+def _held_up(engine: Engine) -> str:
+    """SQL true for a claim its owner still keeps though it could not renew it.
+
+    The owner's heartbeat passed over the row, which another transaction held
+    (an operator's cancel, still open), and named it on the owner's row
+    (``workers.beat_worker``). While that row beats, within the job's
+    visibility timeout, the worker is alive and running the job: handing it
+    back would run it twice. Once the other transaction ends, the next beat
+    renews the claim (or finds it cancelled).
+    """
+    fresh = engine.now_minus(f"{JOB}.visibility_timeout")
+    return (
+        f"EXISTS (SELECT 1 FROM {WORKER} WHERE {WORKER}.worker_id = {JOB}.locked_by "
+        f"AND {WORKER}.held_claims IS NOT NULL AND {WORKER}.last_heartbeat > {fresh} "
+        f"AND {engine.json_array_has(f'{WORKER}.held_claims', f'{JOB}.id')})"
+    )
 
 
 # In both statements below, SKIP LOCKED is the guard: the subquery locks each
@@ -88,7 +106,7 @@ def _rescue_expired(using: str) -> int:
         f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql()}, "
         f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql())}, "
         "locked_by = NULL, locked_until = NULL "
-        f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked}) "
+        f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked_in_place}) "
         f"AND {where}",
         [],
     )

@@ -5,7 +5,10 @@ A worker's row makes its id its own while it lives: claims are fenced by the bar
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import datetime
+from typing import NamedTuple
 
 from .tables import WORKER, cursor_and_engine
 
@@ -49,10 +52,29 @@ def live_worker(using: str, worker_id: str) -> tuple[str, int, datetime] | None:
     return None if row is None else (row[0], row[1], row[2])
 
 
-def beat_worker(using: str, worker_id: str) -> bool:
-    """Set a worker's heartbeat to now; False if its row is gone (pruned as stale)."""
+class Beat(NamedTuple):
+    """What a worker's heartbeat did (``QueueClient.beat``)."""
+
+    renewed: set[int]  # the jobs whose claims were extended
+    held_up: set[int]  # the jobs whose claims hold but whose rows another transaction held
+    registered: bool  # False: the worker's row is gone (pruned as stale)
+
+
+def beat_worker(using: str, worker_id: str, held_up: Sequence[int] = ()) -> bool:
+    """Set a worker's heartbeat to now, and the claims it could not renew; False if its row is gone.
+
+    ``held_up`` are running jobs of the worker whose claims its beat passed
+    over, their rows held by another transaction: ``tick_timeouts`` leaves them
+    to the worker while its row beats (``upkeep.py``). None are stored as NULL,
+    as a worker of an earlier release leaves the column.
+    """
     cursor, engine = cursor_and_engine(using)
-    cursor.execute(f"UPDATE {WORKER} SET last_heartbeat = {engine.now} WHERE worker_id = %s", [worker_id])
+    held = json.dumps(sorted(held_up)) if held_up else None
+    cursor.execute(
+        f"UPDATE {WORKER} SET last_heartbeat = {engine.now}, held_claims = {engine.json_param} "
+        "WHERE worker_id = %s",
+        [held, worker_id],
+    )
     return cursor.rowcount == 1
 
 

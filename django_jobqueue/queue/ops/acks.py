@@ -1,0 +1,276 @@
+"""Acks: a claim's end as done, for one job, a batch, or a worker's round.
+
+Every ack is fenced (``tables.Fence``): it names the owner and, where known,
+the claim token it expects, and changes nothing once the claim is no longer
+current. A job that others depend on (``depends_on``) releases them in its
+ack's transaction; a batch of acks passes over the rows another transaction
+holds (``AcksLock``). Claims themselves are ``rounds.py``'s; the other ends
+of a claim (retried, dead, handed back) and its renewals are ``claims.py``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, transaction
+
+from ..engines import Engine, engine_for
+from ..native import run_bound
+from .batches import Counts, record_outcomes
+from .dependencies import release_dependents
+from .moves import Change, transition, transition_cte
+from .tables import HELD_BY, JOB, LIVE_JOBS, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine
+
+# The plain ack's one extra condition: a job that dependents wait on is left to
+# ``complete_releasing``, which releases them in the ack's own transaction.
+NO_DEPENDENTS = "NOT has_dependents"
+
+
+def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
+    """running -> done (kept for pruning) or deleted; False if this claim is no longer current.
+
+    A job that others depend on releases them in the same transaction (``complete_releasing``).
+    """
+    cursor, engine = cursor_and_engine(using)
+    where, params = fence.where()
+    cursor.execute(*_done(engine, f"{where} AND {NO_DEPENDENTS}", params, result_json, keep, "id"))
+    if cursor.fetchall():
+        return True
+    return bool(complete_releasing(using, [(fence, result_json)], keep))
+
+
+def _done(
+    engine: Engine, where: str, params: list[Any], result_json: str | None, keep: bool, returning: str
+) -> tuple[str, list[Any]]:
+    """The ack's statement for the claims ``where`` names: done and kept with ``result_json``,
+    or deleted with ``KEEP_COMPLETED = 0``; each row acked returns ``returning``."""
+    if not keep:
+        return f"DELETE FROM {JOB} WHERE {where} RETURNING {returning}", params
+    done = Change({**_done_columns(engine), "result": engine.json_param}, {"result": [result_json]})
+    return transition(engine, done, where, params, returning)
+
+
+def _done_columns(engine: Engine) -> dict[str, str]:
+    """A job's columns once acked and kept, but its result, which comes with each ack."""
+    return {"status": "'done'", "finished_at": engine.now, "locked_until": "NULL"}
+
+
+def complete_releasing(
+    using: str, acks: Sequence[tuple[Fence, str | None]], keep: bool
+) -> set[tuple[int, int]]:
+    """running -> done (or deleted) for each ``(fence, result_json)``, releasing the dependents
+    of the jobs acked, in one transaction; return the ``(job_id, claim_token)`` acked.
+
+    The ack of a job with dependents, and the retry of an ack the plain
+    statement left out (a claim no longer current changes nothing here either).
+    """
+    cursor, engine = cursor_and_engine(using)
+    done: set[tuple[int, int]] = set()
+    with transaction.atomic(using=using):
+        releasing: list[int] = []
+        for fence, result_json in acks:
+            where, params = fence.where()
+            cursor.execute(
+                *_done(engine, where, params, result_json, keep, "id, claim_token, has_dependents")
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                done.add((row[0], row[1]))
+                if row[2]:
+                    releasing.append(row[0])
+        release_dependents(using, releasing)
+    return done
+
+
+def complete_held_back(
+    using: str,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    done: set[tuple[int, int]],
+    keep: bool,
+) -> set[tuple[int, int]]:
+    """``complete_releasing`` for the completions a plain ack statement did not return (``done``)."""
+    rest = [completion for completion in completions if (completion[0], completion[1]) not in done]
+    if not rest:
+        return set()
+    cursor, engine = cursor_and_engine(using)
+    acked: set[tuple[int, int]] = set()
+    with transaction.atomic(using=using):
+        releasing: list[int] = []
+        for chunk in batched(rest, ROWS_PER_STATEMENT):
+            if engine.supports_array_params:
+                cte = complete_arrays_cte(engine, worker_id, chunk, keep, plain=False)
+                rows = run_bound(using, *acked_statement(cte))
+            else:
+                rows = _ack_values(cursor, engine, worker_id, chunk, keep, plain=False)
+            for job_id, token, has_dependents in rows:
+                acked.add((job_id, token))
+                if has_dependents:
+                    releasing.append(job_id)
+        release_dependents(using, releasing)
+    return acked
+
+
+def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
+    """``complete`` for a job that may belong to a batch; the batch counts it in the same transaction.
+
+    The ack of a job known to be of no batch is ``complete``'s one statement;
+    this one returns the job's batch and so runs in a transaction of its own,
+    which also releases the job's dependents (``depends_on``) if it has any.
+    """
+    cursor, engine = cursor_and_engine(using)
+    where, params = fence.where()
+    with transaction.atomic(using=using):
+        cursor.execute(*_done(engine, where, params, result_json, keep, "id, batch_id, has_dependents"))
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        job_id, batch_id, has_dependents = row
+        if has_dependents:
+            release_dependents(using, [job_id])
+        if batch_id is not None:
+            record_outcomes(using, {batch_id: Counts(done=1)})
+    return True
+
+
+def complete_many(
+    using: str, worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool
+) -> set[tuple[int, int]]:
+    """running -> done (or deleted) for each ``(job_id, claim_token, result_json)`` of ``worker_id``,
+    one statement per batch; return the ``(job_id, claim_token)`` of the claims completed.
+
+    Each row is fenced as ``complete`` fences it, by its owner and its own claim
+    token: a claim that expired and was re-claimed, or whose job was cancelled,
+    is left alone and not returned.
+    """
+    if not completions:
+        return set()
+    engine = engine_for(connections[using])
+    if engine.supports_array_params:
+        sql, params = acked_statement(complete_arrays_cte(engine, worker_id, completions, keep))
+        acked = {(row[0], row[1]) for row in run_bound(using, sql, params)}
+        return acked | complete_held_back(using, worker_id, completions, acked, keep)
+    cursor, engine = cursor_and_engine(using)
+    done: set[tuple[int, int]] = set()
+    for chunk in batched(completions, ROWS_PER_STATEMENT):
+        done.update(
+            (row[0], row[1]) for row in _ack_values(cursor, engine, worker_id, chunk, keep, plain=True)
+        )
+    return done | complete_held_back(using, worker_id, completions, done, keep)
+
+
+def _ack_values(
+    cursor: Any,
+    engine: Engine,
+    worker_id: str,
+    chunk: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    plain: bool,
+) -> list[Any]:
+    """One ``(id, claim_token) IN (VALUES …)`` ack of ``chunk``; its rows.
+
+    ``plain``: the plain ack, which leaves jobs with dependents out and returns
+    ``id, claim_token``; else every claim still held is acked and each row
+    also says whether the job ``has_dependents``.
+    """
+    pairs = ", ".join(["(%s, %s)"] * len(chunk))
+    fence_params: list[Any] = [worker_id]
+    fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
+    held = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    fence = f"{held} AND (id, claim_token) IN (VALUES {pairs})"
+    returning = "id, claim_token" if plain else "id, claim_token, has_dependents"
+    if keep:
+        results = [completion for completion in chunk if completion[2] is not None]
+        result_sql, result_params = "NULL", []
+        if results:
+            # By claim, not by id: a stale ack of the same job in this batch must not lend its result.
+            whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in results)
+            result_sql = f"CASE {whens} END"
+            result_params = [value for completion in results for value in completion]
+        done = Change({**_done_columns(engine), "result": result_sql}, {"result": result_params})
+        cursor.execute(*transition(engine, done, fence, fence_params, returning))
+    else:
+        cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING {returning}", fence_params)
+    return list(cursor.fetchall())
+
+
+def acked_statement(cte: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
+    """``complete_arrays_cte``'s items as one statement of their own, its rows those of ``acked``."""
+    sql, params = cte
+    return f"WITH {sql} SELECT * FROM acked", params
+
+
+def complete_arrays_cte(
+    engine: Engine,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    plain: bool = True,
+) -> tuple[str, list[Any]]:
+    """``complete_many``'s statement where the engine takes arrays, the batch as three however long
+    it is: ``WITH`` items ending in ``acked``, one row per claim acked, its ``id, claim_token``
+    (and, unless ``plain``, ``has_dependents``).
+
+    ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
+    ``complete_held_back`` that acks jobs with dependents too and says which.
+    A worker's round puts them before its claim, in one statement; elsewhere
+    they are a statement of their own (``acked_statement``).
+    """
+    ids = [job_id for job_id, _token, _result in completions]
+    tokens = [token for _job_id, token, _result in completions]
+    # Unqualified: the acks' columns are id, claim_token and result alone.
+    # The caller hands what it leaves out to ``complete_held_back``.
+    fence = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    lock = AcksLock(engine, ids, worker_id, fence)
+    where = f"{JOB}.id = acks.id AND {JOB}.claim_token = acks.claim_token AND {fence}{lock.where}"
+    returning = f"{JOB}.id, {JOB}.claim_token" + ("" if plain else f", {JOB}.has_dependents")
+    if not keep:
+        sql = (
+            f"acked AS (DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
+            f"WHERE {where} RETURNING {returning})"
+        )
+        return lock.before(sql, [ids, tokens, worker_id])
+    # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
+    results = [result for _job_id, _token, result in completions]
+    joined = "unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS acks(id, claim_token, result)"
+    moved = engine.finished_jobs_apart
+    done = Change(
+        {**_done_columns(engine), "result": "ack_result" if moved else "acks.result"},
+        joined=joined,
+        joined_params=[ids, tokens, results],
+        carried="acks.result AS ack_result" if moved else "",
+    )
+    return lock.before(*transition_cte(engine, "acked", done, where, [worker_id], returning))
+
+
+# A batch of acks never waits on a row another transaction holds: an operator's
+# cancel of the job, still open, or an enqueue naming it in ``depends_on`` (which
+# holds it ``for_key_share``, so that it cannot finish before that enqueue commits).
+# Each ack's row is locked first, passing over those held; an ack passed over
+# is missing from the acked rows, as a lost claim's is, and the worker tries
+# it again (``worker/completer.py``) while its claim still holds. Waiting there
+# would hold up every other ack and claim of the round for as long as that
+# other transaction stays open.
+class AcksLock:
+    """The ``WITH`` item that locks a batch of acks' rows, passing over those held, and its ``WHERE`` term.
+
+    Nothing where the engine has no row locks: there one writer holds the whole database.
+    """
+
+    def __init__(self, engine: Engine, ids: list[int], worker_id: str, fence: str) -> None:
+        self.sql, self.params, self.where = "", [], ""
+        if engine.skip_locked:
+            table = LIVE_JOBS if engine.finished_jobs_apart else JOB
+            self.sql = (
+                f"acks_locked AS MATERIALIZED (SELECT id FROM {table} AS {JOB} WHERE id = ANY(%s::bigint[]) "
+                f"AND {fence} ORDER BY id {engine.skip_locked})"
+            )
+            self.params = [ids, worker_id]
+            self.where = f" AND {JOB}.id IN (SELECT id FROM acks_locked)"
+
+    def before(self, sql: str, params: list[Any]) -> tuple[str, list[Any]]:
+        """``sql``'s ``WITH`` items (with ``params``) after this one."""
+        if not self.sql:
+            return sql, params
+        return f"{self.sql}, {sql}", [*self.params, *params]
