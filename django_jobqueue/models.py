@@ -258,6 +258,33 @@ class Batch(models.Model):
         return f"batch #{self.pk} -> {self.on_finish}"
 
 
+class BatchCount(models.Model):
+    """Counts of a batch that an operator's change moved, not yet added to the batch's row.
+
+    An operator's cancel, run-now or dead-letter retry counts its batches'
+    jobs here, an insert, instead of updating the batch row: a worker's ack
+    updates that row and would otherwise wait on it for as long as the
+    operator's transaction stayed open. Once that transaction commits, the
+    rows are added to the batch's and deleted, and the batch finished if
+    that was its last job; the tick does it for any left. A batch's counts
+    are its row's plus these. Written only by ``queue/ops/batches.py``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # No foreign key, as for Dependency: the rows go with their batch's row by the statements.
+    batch_id = models.BigIntegerField()
+    done = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["batch_id"], name="jobqueue_batchcount_idx")]
+
+    def __str__(self) -> str:
+        counts = f"{self.done:+} done, {self.failed:+} failed, {self.cancelled:+} cancelled"
+        return f"batch #{self.batch_id}: {counts}"
+
+
 class Dependency(models.Model):
     """One outstanding dependency: ``dependent`` waits until ``dependency_id`` is done.
 

@@ -12,10 +12,11 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_jobqueue import JobPayloadError, QueueClient, UnknownJobError, batch
-from django_jobqueue.models import Batch, DeadLetter, Job
+from django_jobqueue.models import Batch, BatchCount, DeadLetter, Job
 from django_jobqueue.queue import ops
 from tests import jobs_for_workers  # noqa: F401 - registers workers.batch_part and workers.batch_done
 from tests.conftest import count_jobs
+from tests.faults.row_locks import race
 
 PART, DONE = "workers.batch_part", "workers.batch_done"
 WORKER = "w1"
@@ -317,6 +318,43 @@ def test_a_dead_letter_retried_while_the_last_job_is_acked_is_counted_once(queue
         assert (row.done, row.failed) == (1, 1)
     assert len(callbacks()) == 1
     assert connection.vendor == "postgresql"
+
+
+def test_an_operators_open_cancel_holds_up_no_ack_of_the_batch(queue):
+    """A cancel of one job of a batch, its transaction left open, beside acks of the batch's others.
+
+    The acks commit at once (the cancel counts in ``BatchCount``, not on the
+    batch's row); once the cancel commits, the batch takes its count and
+    finishes: one callback, with every count.
+    """
+    opened, jobs = parts(queue, 3)
+    claimed = {job.pk: job for job in queue.pull_many("parts", worker_id=WORKER, limit=2)}
+    [left] = [job for job in jobs if job.pk not in claimed]
+    raced = race(
+        lambda: queue.cancel(left),
+        lambda: QueueClient().ack_many([(job, None) for job in claimed.values()], worker_id=WORKER),
+    )
+    assert not raced.blocked, "the acks waited on the cancel's transaction"
+    assert raced.result == {(job.pk, job.claim_token) for job in claimed.values()}
+    [callback] = callbacks()
+    assert callback.payload == {"path": "-", "batch_id": opened.id, "done": 2, "failed": 0, "cancelled": 1}
+    row = Batch.objects.get(pk=opened.id)
+    assert (row.done, row.cancelled, row.callback_job_id) == (2, 1, callback.pk)
+    assert not BatchCount.objects.exists()
+
+
+def test_counts_an_operator_left_pending_are_taken_by_the_tick(queue):
+    """The operator's process stopped between its commit and adding its counts: the tick adds them."""
+    opened, jobs = parts(queue, 2)
+    with transaction.atomic():
+        Job.objects.filter(pk=jobs[0].pk).update(status="cancelled")
+        BatchCount.objects.create(batch_id=opened.id, cancelled=1)
+    assert queue.finish_batches() == []
+    row = Batch.objects.get(pk=opened.id)
+    assert (row.cancelled, row.finished_at) == (1, None) and not BatchCount.objects.exists()
+    assert queue.ack(claim_all(queue)[0], worker_id=WORKER)
+    [callback] = callbacks()
+    assert (callback.payload["done"], callback.payload["cancelled"]) == (1, 1)
 
 
 # -- admin ---------------------------------------------------------------------------

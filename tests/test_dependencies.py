@@ -500,6 +500,44 @@ def _enqueue_against_a_big_round(queue: QueueClient) -> None:
     assert not Dependency.objects.exists()
 
 
+@pytest.mark.parametrize("cancel_commits", [True, False])
+def test_an_operators_open_cancel_of_a_dependent_holds_up_no_ack(queue, postgresql_only, cancel_commits):
+    """An operator cancels d1, waiting on a, and keeps the transaction open; a's ack comes meanwhile.
+
+    The ack commits at once and releases d2; it passes d1 over (the cancel
+    holds d1's edge and row). Committed, the cancel leaves d1 cancelled;
+    rolled back, the tick's repair releases d1, whose dependency is done.
+    """
+    a = step.enqueue(n=1)
+    d1, d2 = step.using(depends_on=[a]).enqueue(n=2), step.using(depends_on=[a]).enqueue(n=3)
+    claimed = queue.pull(worker_id="w")
+    assert claimed is not None and claimed.pk == a.pk
+    acked: list[bool] = []
+
+    def ack() -> None:
+        try:
+            acked.append(QueueClient().ack(claimed, worker_id="w"))
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        assert [change.job_id for change in QueueClient().cancel_jobs([d1.pk])] == [d1.pk]
+        worker = threading.Thread(target=ack)
+        worker.start()
+        worker.join(10)
+        assert not worker.is_alive(), "the ack waited on the operator's transaction"
+        transaction.set_rollback(not cancel_commits)
+    assert acked == [True]
+    assert status(a) == "done" and status(d2) == "ready"
+    if cancel_commits:
+        assert status(d1) == "cancelled"
+    else:
+        assert status(d1) == "waiting"
+        assert queue.repair_dependencies() == 1
+        assert status(d1) == "ready"
+    assert not Dependency.objects.exists()
+
+
 def _locked(job_: Job) -> bool:
     """Whether another transaction holds ``job_``'s row against deletion (a probe that holds nothing)."""
     with connection.cursor() as cursor:

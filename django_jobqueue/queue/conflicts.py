@@ -48,6 +48,13 @@ def is_conflict(using: str, error: BaseException) -> bool:
     return code is not None and code in codes
 
 
+def is_lock_timeout(using: str, error: BaseException) -> bool:
+    """Whether ``error`` is a lock not granted within the transaction's lock timeout."""
+    code = engine_for(connections[using]).lock_timeout_code
+    cause = error.__cause__
+    return bool(code) and (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) == code
+
+
 def run_retrying(using: str, operation: Callable[[], T]) -> T:
     """Return ``operation()``, run again while it fails with a conflict (``is_conflict``).
 
@@ -93,4 +100,4 @@ def retried(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P
     return run
 
 
-__all__ = ["ATTEMPTS", "is_conflict", "retried", "run_retrying"]
+__all__ = ["ATTEMPTS", "is_conflict", "is_lock_timeout", "retried", "run_retrying"]

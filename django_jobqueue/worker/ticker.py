@@ -4,9 +4,10 @@ Every worker runs one; many at once are safe, since ``tick_timeouts`` hands each
 expired claim to exactly one of them. The tick runs every half of the worker's
 visibility timeout (between 0.2 s and 15 s), jittered by ±20 % so that workers
 started together do not tick in step: a claim is rescued at most about half a
-timeout after it expired. Worker rows silent for 60 s are deleted. Done and
-cancelled jobs older than ``KEEP_COMPLETED`` are pruned every 5 minutes, and waiting
-jobs that no dependency holds any longer are released (a backstop).
+timeout after it expired. Worker rows silent for 60 s are deleted, batches
+and dependencies that an operator's open transaction kept an ack from
+settling are settled (a backstop), and done and cancelled jobs older than
+``KEEP_COMPLETED`` are pruned every 5 minutes.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class Ticker(Service):
             logger.warning("rescued %s expired claim(s): back to ready, or dead letter if spent", handled)
             self.on_rescue()
         self.client.finish_batches()
+        released = self.client.repair_dependencies()
+        if released:
+            logger.info("released %s waiting job(s) whose last dependency's ack passed them over", released)
         stale = self.client.prune_workers(WORKER_STALE_AFTER)
         if stale:
             logger.info("deleted %s stale worker row(s)", stale)
@@ -74,6 +78,3 @@ class Ticker(Service):
         pruned = self.client.prune()
         if pruned:
             logger.info("pruned %s finished job(s)", pruned)
-        released = self.client.repair_dependencies()
-        if released:
-            logger.warning("released %s waiting job(s) that no dependency held", released)

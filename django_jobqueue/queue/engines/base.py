@@ -50,6 +50,8 @@ class Engine:
     # The SQLSTATEs of a statement given up for meeting another transaction (a deadlock,
     # a serialization failure): the transition is run again (``queue/conflicts.py``).
     conflict_codes: frozenset[str] = frozenset()
+    # The SQLSTATE of a lock not granted within the transaction's lock timeout.
+    lock_timeout_code: str = ""
 
     # -- SQL fragments -----------------------------------------------------------
 
@@ -86,6 +88,9 @@ class Engine:
     snapshot_read: str | None = None
     # Run right after ``snapshot_read``: a setting for that transaction's plans.
     snapshot_plans: str | None = None
+    # A SELECT that sets this transaction's lock timeout from one parameter (text such as
+    # '200ms') and returns the one it replaces; None where a lock wait cannot be bounded so.
+    lock_timeout_sql: str | None = None
     # A SELECT that sets synchronous_commit for the rest of the transaction, from
     # one parameter (a worker's rounds: JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]);
     # None where the database has no such setting.

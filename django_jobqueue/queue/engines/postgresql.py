@@ -22,6 +22,7 @@ class PostgreSQLEngine(Engine):
     # deadlock_detected, and serialization_failure: under READ COMMITTED, a row that
     # another transaction's UPDATE moved to the other partition while this one waited on it.
     conflict_codes = frozenset({"40P01", "40001"})
+    lock_timeout_code = "55P03"  # lock_not_available
 
     now = "now()"
     clock = "clock_timestamp()"
@@ -41,6 +42,7 @@ class PostgreSQLEngine(Engine):
     snapshot_plans = "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
     # set_config(..., true): for this transaction only, even the implicit one of a lone statement.
     commit_mode_sql = "SELECT set_config('synchronous_commit', %s, true)"
+    lock_timeout_sql = "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
     clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
     skip_locked_in_place = "FOR NO KEY UPDATE SKIP LOCKED"

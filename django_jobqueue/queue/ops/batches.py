@@ -7,6 +7,14 @@ unfinished (ready, running, or waiting on a dependency) any more. The callback i
 that finds that, under the batch row's lock, and ``finished_at`` set with it:
 exactly once.
 
+A worker's outcome updates the batch's row. An operator's change (a cancel,
+a run-now, a dead letter retried or deleted) must not: it may be made in a
+transaction of the project's that stays open, and the workers' acks of the
+batch's other jobs would wait on the row all that while. It appends its
+counts to ``BatchCount`` instead, and once it commits they are added to the
+row, and the batch finished if that was its last job (``settle_batches``),
+in a short transaction of its own; the tick does it for any left behind.
+
 What serialises two last outcomes of one batch committing at the same instant
 is the batch row. On PostgreSQL each transaction updates it (a row lock,
 held to its commit) and only then asks, in a statement of its own and so
@@ -23,6 +31,7 @@ without counting it: it looks only at the rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,13 +39,20 @@ from typing import Any, NamedTuple
 
 from django.db import transaction
 
-from ...models import Batch
+from ...models import Batch, BatchCount
+from ..conflicts import run_retrying
 from .enqueue import insert_jobs
 from .tables import JOB, ROWS_PER_STATEMENT, UNFINISHED, NewJob, batched, cursor_and_engine, marks
 
 logger = logging.getLogger(__name__)
 
 BATCH = Batch._meta.db_table
+PENDING = BatchCount._meta.db_table
+# The outcomes that operators' changes counted of the outer statement's batch, not yet on its row.
+PENDING_OUTCOMES = (
+    f"(SELECT COALESCE(SUM(done + failed + cancelled), 0) FROM {PENDING} "
+    f"WHERE {PENDING}.batch_id = {BATCH}.id)"
+)
 # The callback's payload keys that the batch fills in.
 COUNT_KEYS = ("batch_id", "done", "failed", "cancelled")
 # Unfinished batches a repair pass looks at, at most.
@@ -117,7 +133,8 @@ def record_outcomes(using: str, outcomes: Mapping[int, Counts]) -> list[int]:
         done, failed, cancelled = outcomes[batch_id]
         cursor.execute(
             f"UPDATE {BATCH} SET done = done + %s, failed = failed + %s, cancelled = cancelled + %s "
-            "WHERE id = %s AND finished_at IS NULL RETURNING total - done - failed - cancelled",
+            "WHERE id = %s AND finished_at IS NULL "
+            f"RETURNING total - done - failed - cancelled - {PENDING_OUTCOMES}",
             [done, failed, cancelled, batch_id],
         )
         row = cursor.fetchone()
@@ -125,6 +142,72 @@ def record_outcomes(using: str, outcomes: Mapping[int, Counts]) -> list[int]:
         if row is not None and row[0] <= 0:
             due.append(batch_id)
     return _fire_finished(using, due) if due else []
+
+
+def record_operator_outcomes(using: str, outcomes: Mapping[int, Counts]) -> None:
+    """Count an operator's changes of batches' jobs without locking the batches' rows.
+
+    Run in the operator's transaction: the counts are appended to
+    ``BatchCount``, and once the transaction commits each batch takes them and
+    finishes if it has no live job left (``settle_batches``, which the tick's
+    ``finish_batches`` repeats for any the process did not get to).
+    """
+    rows = [(batch_id, *outcomes[batch_id]) for batch_id in sorted(outcomes) if any(outcomes[batch_id])]
+    if not rows:
+        return
+    cursor, _ = cursor_and_engine(using)
+    for chunk in batched(rows, ROWS_PER_STATEMENT):
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+        cursor.execute(
+            f"INSERT INTO {PENDING} (batch_id, done, failed, cancelled) VALUES {values}",
+            [value for row in chunk for value in row],
+        )
+    settle = functools.partial(settle_batches, using, [row[0] for row in rows])
+    transaction.on_commit(settle, using=using, robust=True)
+
+
+def settle_batches(using: str, batch_ids: Sequence[int]) -> list[int]:
+    """Add each batch's pending counts to its row, and finish it if no live job is left; return the finished.
+
+    One short transaction per batch, which waits on the batch's row: only
+    other short transactions take it (a worker's round, this, the tick).
+    """
+    finished: list[int] = []
+    for batch_id in sorted(set(batch_ids)):
+        finished += run_retrying(using, functools.partial(_settle_one, using, batch_id))
+    return finished
+
+
+def _settle_one(using: str, batch_id: int) -> list[int]:
+    cursor, engine = cursor_and_engine(using)
+    with transaction.atomic(using=using):
+        cursor.execute(f"SELECT id FROM {BATCH} WHERE id = %s {engine.for_update}", [batch_id])
+        if cursor.fetchone() is None:
+            return []
+        take_pending(using, [batch_id])
+        return _fire_finished(using, [batch_id])
+
+
+def take_pending(using: str, batch_ids: Sequence[int]) -> None:
+    """Add the pending counts of ``batch_ids`` to their rows (a finished batch's are dropped).
+
+    The caller holds the batches' rows. Each pending row is deleted and
+    returned by one statement, so one that an operator adds meanwhile waits
+    for the next time, counted once.
+    """
+    cursor, _ = cursor_and_engine(using)
+    cursor.execute(
+        f"DELETE FROM {PENDING} WHERE batch_id IN ({marks(batch_ids)}) "
+        "RETURNING batch_id, done, failed, cancelled",
+        list(batch_ids),
+    )
+    summed = tally((row[0], Counts(*row[1:])) for row in cursor.fetchall())
+    for batch_id, (done, failed, cancelled) in sorted(summed.items()):
+        cursor.execute(
+            f"UPDATE {BATCH} SET done = done + %s, failed = failed + %s, cancelled = cancelled + %s "
+            "WHERE id = %s AND finished_at IS NULL",
+            [done, failed, cancelled, batch_id],
+        )
 
 
 def finish_batches(using: str) -> list[int]:
@@ -142,21 +225,29 @@ def finish_batches(using: str) -> list[int]:
         [REPAIR_BATCH],
     )
     candidates = [row[0] for row in cursor.fetchall()]
+    # And the batches an operator's counts wait for: their process stopped before it settled them.
+    cursor.execute(f"SELECT DISTINCT batch_id FROM {PENDING} ORDER BY batch_id LIMIT %s", [REPAIR_BATCH])
+    pending = [row[0] for row in cursor.fetchall()]
     finished: list[int] = []
-    for batch_id in candidates:
-        with transaction.atomic(using=using):
-            cursor.execute(
-                f"SELECT id FROM {BATCH} WHERE id = %s AND finished_at IS NULL {engine.skip_locked}",
-                [batch_id],
-            )
-            if cursor.fetchone() is not None:
-                fired = _fire_finished(using, [batch_id])
-                for fired_id in fired:
-                    logger.warning(
-                        "batch %s finished by the repair pass: a job of it ended uncounted", fired_id
-                    )
-                finished += fired
+    for batch_id in sorted({*candidates, *pending}):
+        finished += run_retrying(using, functools.partial(_repair_one, using, batch_id))
     return finished
+
+
+def _repair_one(using: str, batch_id: int) -> list[int]:
+    """``finish_batches``' work on one batch, passed over while another transaction holds its row."""
+    cursor, engine = cursor_and_engine(using)
+    with transaction.atomic(using=using):
+        cursor.execute(f"SELECT id FROM {BATCH} WHERE id = %s {engine.skip_locked}", [batch_id])
+        if cursor.fetchone() is None:
+            return []
+        take_pending(using, [batch_id])
+        fired = _fire_finished(using, [batch_id])
+    for fired_id in fired:
+        logger.warning(
+            "batch %s finished by the repair pass: its last job's outcome did not finish it", fired_id
+        )
+    return fired
 
 
 def _fire_finished(using: str, batch_ids: Sequence[int]) -> list[int]:
@@ -164,8 +255,10 @@ def _fire_finished(using: str, batch_ids: Sequence[int]) -> list[int]:
 
     The caller holds each batch row's lock (on SQLite, the write lock); the
     read here is a statement of its own, so on PostgreSQL it sees every
-    outcome committed before that lock was granted.
+    outcome committed before that lock was granted. The callback's counts
+    include the operators' pending ones, taken first.
     """
+    take_pending(using, batch_ids)
     cursor, engine = cursor_and_engine(using)
     cursor.execute(
         f"SELECT id, on_finish, payload, callback_options, done, failed, cancelled FROM {BATCH} "

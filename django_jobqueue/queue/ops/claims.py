@@ -206,7 +206,7 @@ def record_progress(
     written: set[tuple[int, int]] = set()
     for chunk in batched(reports, ROWS_PER_STATEMENT):
         if engine.supports_array_params:
-            sql, params = _progress_arrays_statement(worker_id, chunk)
+            sql, params = _progress_arrays_statement(engine, worker_id, chunk)
         else:
             sql, params = _progress_values_statement(worker_id, chunk)
         cursor.execute(sql, params)
@@ -215,16 +215,20 @@ def record_progress(
 
 
 def _progress_arrays_statement(
-    worker_id: str, chunk: Sequence[tuple[int, int, str]]
+    engine: Engine, worker_id: str, chunk: Sequence[tuple[int, int, str]]
 ) -> tuple[str, list[Any]]:
+    # A row another transaction holds (an operator's cancel, still open) is passed over, not
+    # waited on with every other job's report: its report is written at the next pass, or not at all.
     sql = (
+        f"WITH reported AS MATERIALIZED (SELECT id FROM {live_jobs(engine)} WHERE id = ANY(%s::bigint[]) "
+        f"AND {HELD_BY} ORDER BY id {engine.skip_locked_in_place}) "
         f"UPDATE {JOB} SET progress = reports.progress "
         "FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS reports(id, claim_token, progress) "
         f"WHERE {JOB}.id = reports.id AND {JOB}.claim_token = reports.claim_token "
-        f"AND {HELD_BY} RETURNING {JOB}.id, {JOB}.claim_token"
+        f"AND {HELD_BY} AND {JOB}.id IN (SELECT id FROM reported) RETURNING {JOB}.id, {JOB}.claim_token"
     )
     ids, tokens, values = (list(column) for column in zip(*chunk, strict=True))
-    return sql, [ids, tokens, values, worker_id]
+    return sql, [ids, worker_id, ids, tokens, values, worker_id]
 
 
 def _progress_values_statement(

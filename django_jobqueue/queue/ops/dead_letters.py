@@ -16,7 +16,7 @@ from django.db import transaction
 from ...models import DeadLetter, Job
 from ..engines import Engine
 from ..rows import JOB_COLUMNS_SQL, job_from_row
-from .batches import Counts, record_outcomes, tally
+from .batches import Counts, record_operator_outcomes, record_outcomes, tally
 from .dependencies import cancel_dependents, repoint_dependencies
 from .tables import (
     DEAD,
@@ -108,7 +108,7 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
         job.has_dependents = bool(repoint_dependencies(using, [(cursor.fetchone()[0], job.pk)]))
         if job.batch_id is not None:
             # Outstanding again: no longer failed, unless its batch has finished already.
-            record_outcomes(using, {job.batch_id: Counts(failed=-1)})
+            record_operator_outcomes(using, {job.batch_id: Counts(failed=-1)})
     return job
 
 
@@ -176,7 +176,7 @@ def retry_dead_letter_batch(
         notify_queues(using, [row[2] for row in created])
         revived = tally((row[3], Counts(failed=-1)) for row in created)
         if revived:
-            record_outcomes(using, revived)
+            record_operator_outcomes(using, revived)
     return [
         RetriedDeadLetter(dead_id, old_job_id, job_id, name, queue)
         for (dead_id, old_job_id), (job_id, name, queue, _batch_id) in zip(picked, created, strict=True)
@@ -205,5 +205,5 @@ def delete_dead_letter_batch(
         cascade = cancel_dependents(using, [row.old_job_id for row in deleted])
         cancelled = tally((batch_id, Counts(cancelled=1)) for *_, batch_id in cascade)
         if cancelled:
-            record_outcomes(using, cancelled)
+            record_operator_outcomes(using, cancelled)
     return deleted

@@ -26,12 +26,15 @@ What serialises the statements that meet on one row (docs/workflows.md):
   dependents before it counts their edges, in a statement of its own, so the
   second to get the lock sees the first's deleted edge (READ COMMITTED takes a
   snapshot per statement) and releases the job; ``status = 'waiting'`` keeps
-  a release from happening twice.
+  a release from happening twice. An ack waits on an edge or a dependent a
+  moment at most: one that an operator's open transaction holds is passed
+  over, and the tick's ``repair_waiting`` mends what that leaves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import transaction
 
@@ -48,6 +51,7 @@ from .tables import (
     NewJob,
     batched,
     cursor_and_engine,
+    lock_briefly,
     marks,
     notify_queues,
 )
@@ -164,36 +168,46 @@ def release_dependents(using: str, job_ids: Sequence[int]) -> int:
     each dependent left without one. Return how many were released.
 
     Run in the ack's transaction: the ack and the release commit together.
+    An edge or a dependent that another transaction holds for longer than a
+    moment (an operator's cancel of the dependent, still open) is passed over
+    rather than waited on with the rest of the ack (``tables.lock_briefly``):
+    should that transaction roll back, the tick's ``repair_waiting`` drops the
+    edge to the done job and releases the dependent.
     """
     cursor, engine = cursor_and_engine(using)
     dependents: set[int] = set()
     for chunk in batched(job_ids, ROWS_PER_STATEMENT):
-        cursor.execute(
-            f"DELETE FROM {EDGE} WHERE dependency_id IN ({marks(chunk)}) RETURNING dependent_id", list(chunk)
-        )
-        dependents.update(row[0] for row in cursor.fetchall())
+        edges = f"SELECT id FROM {EDGE} WHERE dependency_id IN ({marks(chunk)}) ORDER BY id"
+        locked = [row[0] for row in _locked(using, engine, edges, chunk)]
+        for ids in batched(locked, ROWS_PER_STATEMENT):
+            cursor.execute(f"DELETE FROM {EDGE} WHERE id IN ({marks(ids)}) RETURNING dependent_id", list(ids))
+            dependents.update(row[0] for row in cursor.fetchall())
     released = 0
     queues: list[str] = []
     for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
-        if engine.for_update:
-            # The lock first, and the edges counted by the next statement's own
-            # snapshot: a concurrent ack of the same job's other dependency has
-            # then either committed its delete, or waits for this transaction.
-            cursor.execute(
-                f"SELECT id FROM {JOB} WHERE id IN ({marks(chunk)}) AND status = 'waiting' "
-                f"ORDER BY id {engine.for_update}",
-                list(chunk),
-            )
+        # The lock first, and the edges counted by the next statement's own snapshot:
+        # a concurrent ack of the same job's other dependency has then either
+        # committed its delete, or waits for this transaction.
+        waiting = f"SELECT id FROM {JOB} WHERE id IN ({marks(chunk)}) AND status = 'waiting' ORDER BY id"
+        held = [row[0] for row in _locked(using, engine, waiting, chunk)]
+        if not held:
+            continue
         cursor.execute(
-            f"UPDATE {JOB} SET status = 'ready' WHERE id IN ({marks(chunk)}) AND status = 'waiting' "
+            f"UPDATE {JOB} SET status = 'ready' WHERE id IN ({marks(held)}) AND status = 'waiting' "
             f"AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id) RETURNING queue",
-            list(chunk),
+            held,
         )
         rows = cursor.fetchall()
         released += len(rows)
         queues += [row[0] for row in rows]
     notify_queues(using, queues)
     return released
+
+
+def _locked(using: str, engine: Engine, select: str, params: Sequence[Any]) -> list[Any]:
+    """The rows of ``select`` locked for this transaction, waiting on them a moment at most."""
+    locking, skipping = f"{select} {engine.for_update}", f"{select} {engine.skip_locked}"
+    return lock_briefly(using, locking, skipping, list(params))
 
 
 def cancel_dependents(using: str, job_ids: Sequence[int]) -> list[tuple[int, str, str, int | None]]:
@@ -251,15 +265,26 @@ def repoint_dependencies(using: str, moves: Sequence[tuple[int, int]]) -> set[in
 
 
 def repair_waiting(using: str) -> int:
-    """Release waiting jobs that no edge holds, and drop edges to done jobs; return how many released.
+    """Drop edges to jobs that are done (or gone, not as dead letters), and release waiting jobs
+    that no edge holds; return how many were released.
 
-    A backstop on the tick: every ack, cancel and retry keeps the edges in step
-    in its own transaction, so this finds nothing unless rows were changed by hand.
+    The tick's backstop. Every ack, cancel and retry keeps the edges in step in
+    its own transaction, but an ack passes over an edge or a dependent that an
+    operator's open transaction holds (``release_dependents``): should that
+    transaction roll back, this finishes the release. Rows other transactions
+    hold are passed over here too, and met again at the next tick.
     """
     cursor, engine = cursor_and_engine(using)
+    # Gone and no dead letter: deleted at its ack (KEEP_COMPLETED = 0) or pruned once done;
+    # a cancelled job's dependents are cancelled with it, and a dead letter keeps its job's id.
+    settled = (
+        f"(EXISTS (SELECT 1 FROM {JOB} WHERE {JOB}.id = {EDGE}.dependency_id AND {JOB}.status = 'done') "
+        f"OR NOT EXISTS (SELECT 1 FROM {JOB} WHERE {JOB}.id = {EDGE}.dependency_id) "
+        f"AND NOT EXISTS (SELECT 1 FROM {DEAD} WHERE {DEAD}.job_id = {EDGE}.dependency_id))"
+    )
     cursor.execute(
-        f"DELETE FROM {EDGE} WHERE dependency_id IN (SELECT id FROM {JOB} WHERE status = 'done' "
-        f"AND has_dependents AND id IN (SELECT dependency_id FROM {EDGE}))"
+        f"DELETE FROM {EDGE} WHERE id IN (SELECT id FROM {EDGE} WHERE {settled} {engine.skip_locked}) "
+        f"AND {settled}"
     )
     free = f"status = 'waiting' AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id)"
     released = 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 
 from . import history
-from .batches import Counts, record_outcomes, tally
+from .batches import Counts, record_operator_outcomes, tally
 from .dependencies import cancel_dependents, forget_waits_of
 from .moves import Change, in_place, transition
 from .tables import JOB, LIVE, UNFINISHED, cursor_and_engine, marks, notify_cancelled, notify_queues
@@ -76,7 +76,7 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             notify_queues(using, [change.queue for change in changed])
             revived = tally((batch_of.get(change.job_id), Counts(cancelled=-1)) for change in changed)
             if revived:
-                record_outcomes(using, revived)
+                record_operator_outcomes(using, revived)
     except IntegrityError:
         # Two cancelled jobs of one key in this batch (the NOT EXISTS of each
         # sees the other as still cancelled), or an enqueue of that key racing
@@ -135,5 +135,5 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
         batch_ids = [row[4] for row in rows] + [batch_id for *_, batch_id in cascade]
         cancelled = tally((batch_id, Counts(cancelled=1)) for batch_id in batch_ids)
         if cancelled:
-            record_outcomes(using, cancelled)
+            record_operator_outcomes(using, cancelled)
     return changed

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connections
+from django.db import OperationalError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ...models import DeadLetter, Job, Worker
+from ..conflicts import is_lock_timeout
 from ..engines import Engine, engine_for
 
 JOB = Job._meta.db_table
@@ -124,6 +125,41 @@ def cursor_and_engine(using: str) -> tuple[CursorWrapper, Engine]:
     """A Django cursor on database ``using``, and that database's engine."""
     connection = connections[using]
     return connection.cursor(), engine_for(connection)
+
+
+# How long a worker's transaction waits on a row that another transaction holds before it
+# passes the row over: another worker's round, or a tick, holds one for milliseconds; an
+# operator's transaction left open (a cancel in a project's atomic block) as long as it likes.
+BRIEF_LOCK_WAIT = "200ms"
+
+
+def lock_briefly(using: str, sql: str, skip_sql: str, params: Sequence[Any]) -> list[Any]:
+    """The rows of ``sql``, a read that locks them, waiting ``BRIEF_LOCK_WAIT`` at most for any;
+    past that, those of ``skip_sql``: the same read, passing over the rows still held.
+
+    Run inside the caller's transaction, which keeps the locks to its commit.
+    The wait is bounded in a savepoint: a timeout rolls back the read alone,
+    and with it the bound, which is also put back after a read that got its
+    locks. Where the engine cannot bound a wait (SQLite, whose one writer
+    holds every lock), ``sql`` runs as it is.
+    """
+    cursor, engine = cursor_and_engine(using)
+    if engine.lock_timeout_sql is None:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+    try:
+        with transaction.atomic(using=using):
+            cursor.execute(engine.lock_timeout_sql, [BRIEF_LOCK_WAIT])
+            previous = cursor.fetchone()[0]
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall())
+            cursor.execute(engine.lock_timeout_sql, [previous])
+            return rows
+    except OperationalError as error:
+        if not is_lock_timeout(using, error):
+            raise
+    cursor.execute(skip_sql, params)
+    return list(cursor.fetchall())
 
 
 # -- wake-up -------------------------------------------------------------------
