@@ -70,3 +70,17 @@ def retry_once(ctx: JobContext) -> Any:
 def fail_after(ctx: JobContext, current: int) -> None:
     ctx.progress(current, 100, "about to fail")
     raise Fail("failed on purpose")
+
+
+@job(name="progress.report_refused", takes_context=True)
+def report_refused(ctx: JobContext, current: str, total: str) -> str:
+    """Report ``float(current)`` of ``float(total)``; on a refusal, report 1 of 2 and return the error.
+
+    The counts come as text: PostgreSQL's jsonb would hand 1e308 back as an int of 309 digits.
+    """
+    try:
+        ctx.progress(float(current), float(total), "refused, one hopes")
+    except (TypeError, ValueError) as error:
+        ctx.progress(1, 2, "after the refusal")
+        return f"{type(error).__name__}: {error}"
+    return "accepted"

@@ -73,6 +73,14 @@ def with_writer(queue: QueueClient) -> tuple[Executor, ProgressWriter]:
         ((1, float("inf")), ValueError),
         ((1, 10, "a\x00b"), ValueError),
         ((1, 10, "lone \ud800 surrogate"), ValueError),
+        # Finite, but past what current / total and its percentage can be computed from.
+        ((1e308, 1e-308), ValueError),
+        ((1e300, 1e-10), ValueError),
+        ((1e101,), ValueError),
+        ((10**101, 10**102), ValueError),
+        ((10**5000,), ValueError),
+        ((1, 1e-101), ValueError),
+        ((1, 5e-324), ValueError),
     ],
 )
 def test_a_bad_report_raises_at_the_call_and_writes_nothing(queue, args, error):
@@ -87,6 +95,19 @@ def test_a_bad_report_raises_at_the_call_and_writes_nothing(queue, args, error):
     assert stored(job) is None
 
 
+@pytest.mark.parametrize(
+    ("current", "total", "refused"),
+    [(1e308, 1e-308, "current"), (1e300, 1e-10, "current"), (3.0, 1e-200, "total")],
+)
+def test_a_refused_report_raises_in_the_running_job_which_goes_on(queue, current, total, refused):
+    job = claimed(queue, "progress.report_refused", {"current": repr(current), "total": repr(total)})
+    assert Executor(queue, WORKER).run(job) is Outcome.DONE
+    result = Job.objects.get(pk=job.pk).result
+    bad = current if refused == "current" else total
+    assert result.startswith(f"ValueError: progress {refused} must") and f"got {bad!r}" in result, result
+    assert stored(job) == {"current": 1, "total": 2, "message": "after the refusal"}
+
+
 def test_a_report_is_stored_as_current_total_and_message(queue):
     job = claimed(queue, "progress.count_to", {"n": 1})
     JobContext(job, WORKER, queue).progress(12, 10, "past an estimated total")
@@ -95,7 +116,7 @@ def test_a_report_is_stored_as_current_total_and_message(queue):
 
 def test_counts_may_be_floats_huge_ints_or_without_a_total(queue):
     job = claimed(queue, "progress.count_to", {"n": 1})
-    for current, total in [(0.5, 2.25), (10**30, 10**31), (7, None)]:
+    for current, total in [(0.5, 2.25), (10**30, 10**31), (7, None), (10**100, 1e-100)]:
         assert queue.record_progress([(job, {"current": current, "total": total})], worker_id=WORKER)
         assert stored(job) == {"current": current, "total": total, "message": ""}
 

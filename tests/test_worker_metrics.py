@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import selectors
 import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -157,6 +160,89 @@ def test_jobs_run_in_child_processes_are_counted(queue: QueueClient, metrics_wor
     wait_until(counted, 20, "4 jobs done and 1 dead, run in the children")
     samples = scrape(port)
     assert value(samples, "jobqueue_job_duration_seconds_count", queue="default", name="workers.boom") == 1
+
+
+def threads_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    found = re.search(r"^Threads:\s+(\d+)$", status, re.MULTILINE)
+    assert found is not None, status
+    return int(found.group(1))
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+
+
+# The endpoint's REQUEST_TIMEOUT: a connection whose request has not come is closed then.
+REQUEST_TIMEOUT = 5.0
+
+
+@pytest.mark.slow
+def test_idle_connections_hold_no_thread_and_are_closed_while_healthz_answers(
+    queue: QueueClient, metrics_worker
+):
+    worker, port = metrics_worker(*FAST)
+    before = threads_of(worker.pid)
+    opened = time.monotonic()
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(400)]
+    selector = selectors.DefaultSelector()
+    try:
+        for sock in idle:
+            selector.register(sock, selectors.EVENT_READ)
+        asked = time.monotonic()
+        assert get(port, "/healthz") == (200, "ok\n")
+        assert time.monotonic() - asked < 1.0
+        # The probe connected last, so every idle connection was accepted before it was answered.
+        assert threads_of(worker.pid) <= before + 8, "a thread per idle connection"
+        ended: set[socket.socket] = set()
+
+        def take_closed(timeout: float) -> None:
+            for key, _ in selector.select(timeout):
+                if closed_by_server(key.fileobj):
+                    selector.unregister(key.fileobj)
+                    ended.add(key.fileobj)
+
+        take_closed(0)
+        assert len(idle) - len(ended) >= 200, "the probe was answered while the idle connections were held"
+        deadline = opened + REQUEST_TIMEOUT + 2
+        while len(ended) < len(idle) and time.monotonic() < deadline:
+            take_closed(deadline - time.monotonic())
+        assert len(ended) == len(idle), f"{len(idle) - len(ended)} idle connections still open"
+        assert get(port, "/healthz") == (200, "ok\n")
+    finally:
+        selector.close()
+        for sock in idle:
+            sock.close()
+
+
+@pytest.mark.slow
+def test_a_request_sent_a_byte_at_a_time_is_cut_off_after_the_timeout(queue: QueueClient, metrics_worker):
+    worker, port = metrics_worker(*FAST)
+    with socket.create_connection(("127.0.0.1", port)) as slow:
+        started = time.monotonic()
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")
+        ended = False
+        while not ended and time.monotonic() - started < REQUEST_TIMEOUT + 3:
+            # A byte of a header that never ends every half second, until the server closes.
+            if _readable(slow, 0.5):
+                ended = closed_by_server(slow)
+            else:
+                try:
+                    slow.sendall(b"a")
+                except (BrokenPipeError, ConnectionResetError):
+                    ended = True
+        assert ended, "the slow request still holds its connection"
+        assert time.monotonic() - started < REQUEST_TIMEOUT + 1.5
+    assert get(port, "/healthz") == (200, "ok\n")
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
 
 
 @pytest.mark.parametrize(

@@ -7,14 +7,16 @@ zone), an empty value one way (``—``) and a duration with its unit.
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..conf import jobqueue_settings
+from ..queue.progress import MAX_PROGRESS_MESSAGE_CHARS
 from ..stats import format_age
 
 # A payload of up to a megabyte would make a page nobody can read; show its start.
@@ -159,29 +161,55 @@ def progress_bar(progress: Any) -> SafeString | str:
 
 
 def _progress_parts(progress: Any) -> tuple[float, float | None, str] | None:
-    """``(current, total, message)`` of a stored report, or None for none or one of another shape.
+    """``(current, total, message)`` of a stored report, as much of it as can be shown; None for none.
 
-    The column is JSON anyone may write (a custom worker, a migration): a value
-    that is not what ``ctx.progress()`` stores shows as no progress, not an error page.
+    The column is JSON anyone may write (an older release, a custom worker, a
+    migration, SQL by hand), so nothing in it is trusted: a report without a
+    ``current`` that is a count shows as no progress; a ``total`` that is not
+    one (negative, 0, too large for a float) as an unknown total; a message
+    that is not a string as none, and a long one cut as ``ctx.progress()``
+    cuts it. Never an error page.
     """
     if not isinstance(progress, dict):
         return None
-    current, total, message = progress.get("current"), progress.get("total"), progress.get("message")
-    if not _is_count(current) or (total is not None and not (_is_count(total) and total > 0)):
+    current, total = _count(progress.get("current")), _count(progress.get("total"))
+    if current is None:
         return None
-    return cast(float, current), cast(float | None, total), message if isinstance(message, str) else ""
+    if total is not None and total <= 0:
+        total = None
+    message = progress.get("message")
+    if not isinstance(message, str):
+        message = ""
+    elif len(message) > MAX_PROGRESS_MESSAGE_CHARS:
+        message = message[: MAX_PROGRESS_MESSAGE_CHARS - 1] + "…"
+    return current, total, message
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+def _count(value: Any) -> float | None:
+    """``value`` if it is a count a float can hold (an int stays an int, exact), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past a float's range
+        return None
+    return value if finite and value >= 0 else None
 
 
 def _number(value: float) -> str:
+    # Past a quadrillion, or below a hundredth, digits say less than an exponent: 1e+20, 1e-10.
+    if value and not 0.01 <= value < 1e15:
+        return f"{float(value):.6g}"
     if isinstance(value, float) and not value.is_integer():
         return f"{value:,.2f}".rstrip("0").rstrip(".")
     return f"{int(value):,}"
 
 
 def _percent(current: float, total: float) -> int:
-    # Floored, so that 99.6% never reads "100%" while work is left.
-    return min(100, int(current * 100 // total))
+    """The share of ``total`` done, floored, so that 99.6% never reads "100%" while work is left."""
+    if current >= total:
+        return 100
+    if isinstance(current, int) and isinstance(total, int):
+        return current * 100 // total  # exact, however large
+    # current / total is below 1 (current * 100 could overflow); min(): a rounding up to 1.0.
+    return min(99, int(current / total * 100))

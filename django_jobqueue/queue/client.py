@@ -26,15 +26,14 @@ from .backoff import backoff_delay
 from .conflicts import retried, run_retrying
 from .ops.limited import FlowState
 from .preparation import Item, copyable, prepare_job, prepared
+from .progress import check_progress, encode_progress
 from .tracing import traced_insert
 from .validation import (
     MAX_ERROR_CHARS,
     MAX_TRACEBACK_CHARS,
-    check_progress,
     check_queue,
     check_worker_id,
     clean_text,
-    encode_progress,
     encode_result,
     to_seconds,
 )

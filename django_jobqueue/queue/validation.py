@@ -363,52 +363,6 @@ def clean_text(text: object, limit: int, *, keep: str = "head") -> str:
     return marker + text[-room:] if keep == "tail" else text[:room] + marker
 
 
-# Characters of a progress message kept; a longer one is cut, ending in "…". A
-# message is a line for the admin's progress bar, not a log: cutting it is
-# kinder than failing the job that reported it.
-MAX_PROGRESS_MESSAGE_CHARS = 200
-
-
-def check_progress(current: object, total: object = None, message: object = "") -> dict[str, Any]:
-    """Return ``{"current", "total", "message"}`` as a job's progress is stored.
-
-    Raise ``TypeError`` for a count that is not an int or a float (a bool is
-    not a count) or a message that is not a string, and ``ValueError`` for a
-    count below zero, NaN or infinite, a ``total`` of zero, or a message with a
-    NUL or a lone surrogate. ``current`` may exceed ``total``: totals are often
-    estimates. A message over ``MAX_PROGRESS_MESSAGE_CHARS`` is cut.
-    """
-    _check_count(current, "current")
-    if total is not None:
-        _check_count(total, "total")
-        if total == 0:
-            raise ValueError("progress total must be above 0 (or None when unknown)")
-    if not isinstance(message, str):
-        raise TypeError(f"progress message must be a str, got {type(message).__name__}")
-    if len(message) > MAX_PROGRESS_MESSAGE_CHARS:
-        message = message[: MAX_PROGRESS_MESSAGE_CHARS - 1] + "…"
-    if "\x00" in message:
-        raise ValueError("progress message holds a NUL character, which the database cannot store")
-    try:
-        message.encode("utf-8")  # in C: the common case never walks the characters
-    except UnicodeEncodeError:
-        _check_encodable(message, "progress message")
-    return {"current": current, "total": total, "message": message}
-
-
-def _check_count(value: object, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"progress {what} must be an int or a float, got {type(value).__name__}")
-    # An int is never NaN, and math.isfinite would overflow on a huge one.
-    if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"progress {what} must be a finite number of at least 0, got {value!r}")
-
-
-def encode_progress(progress: dict[str, Any]) -> str:
-    """``progress`` (as ``check_progress`` made it) as the JSON text a statement binds."""
-    return _JSON.encode(progress)
-
-
 # A job id: within a BigAutoField's range.
 _MAX_JOB_ID = 2**63 - 1
 

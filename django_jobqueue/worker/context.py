@@ -11,7 +11,7 @@ from django.db import connections
 
 from ..models import Job
 from ..queue import QueueClient, engine_for
-from ..queue.validation import check_progress
+from ..queue.progress import check_progress
 from .progress import DirectProgress, PendingProgress, ProgressReport
 
 
@@ -89,9 +89,10 @@ class JobContext:
         attempt, so ``ctx.job.progress`` is where the previous attempt got to.
 
         Raise ``TypeError`` for a count that is not an int or float, or a
-        message that is not a string; ``ValueError`` for a count below 0, NaN or
-        infinite, a ``total`` of 0, or a message holding a NUL or a lone
-        surrogate. A message longer than 200 characters is cut.
+        message that is not a string; ``ValueError`` for a count below 0, above
+        1e100, NaN or infinite, a ``total`` below 1e-100 (0 among them), or a
+        message holding a NUL or a lone surrogate. A message longer than 200
+        characters is cut.
         """
         value = check_progress(current, total, message)
         if self._report is None:

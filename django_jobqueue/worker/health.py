@@ -1,9 +1,12 @@
 """The worker's HTTP endpoint (``runworker --metrics-port``): ``/metrics`` and ``/healthz``.
 
-A small ``ThreadingHTTPServer`` in a daemon thread of the worker process.
-``/metrics`` is prometheus_client's exposition of the worker's own registry
-(``metrics.py``); ``/healthz`` answers 200 while the worker can do its work and
-503 with the reason otherwise. The rule (``Health.problems``):
+http.server's request handler behind the acceptor of ``acceptor.py``: one
+daemon thread of the worker process holds every connection, and a request
+gets a thread of its own only once it has come whole, a few at once, within
+a few seconds of its connection. ``/metrics`` is prometheus_client's
+exposition of the worker's own registry (``metrics.py``); ``/healthz``
+answers 200 while the worker can do its work and 503 with the reason
+otherwise. The rule (``Health.problems``):
 
 - the worker has started its loops (registered, slots and threads up);
 - the claimer thread and the heartbeat thread are alive;
@@ -21,15 +24,17 @@ the console.
 
 from __future__ import annotations
 
+import io
 import logging
-import socket
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from socketserver import BaseServer
+from typing import cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .acceptor import Acceptor, Request, listening_socket
 from .heartbeat import MAX_INTERVAL
 from .metrics import WorkerMetrics
 
@@ -62,39 +67,46 @@ class Health:
 
 
 class MetricsServer:
-    """Serves ``/metrics`` and ``/healthz`` on ``host:port`` from a thread of its own."""
+    """Serves ``/metrics`` and ``/healthz`` on ``host:port``: connections are the acceptor's."""
 
     def __init__(self, host: str, port: int, metrics: WorkerMetrics, health: Health) -> None:
         self.host = host
         self.port = port
         self.metrics = metrics
         self.health = health
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._acceptor: Acceptor | None = None
 
     def start(self) -> None:
         """Listen and serve; raise ``OSError`` if the address cannot be bound (in use, not ours)."""
-        server = _server_for(self.host, self.port, self._handler())
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="jobqueue-metrics", daemon=True)
-        self._thread.start()
+        self._acceptor = Acceptor(listening_socket(self.host, self.port), self._handler())
+        self._acceptor.start()
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.stop()
 
     @property
     def address(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> Callable[[Request], object]:
         metrics, health = self.metrics, self.health
 
         class Handler(BaseHTTPRequestHandler):
+            def __init__(self, request: Request) -> None:
+                self.head = bytes(request.head)
+                # http.server's handlers run in their constructor; none of this one's uses a server.
+                super().__init__(request.sock, request.address, cast(BaseServer, None))
+
+            def setup(self) -> None:
+                super().setup()
+                # The acceptor has read the request's head already: it is parsed from there.
+                self.rfile.close()
+                self.rfile = io.BytesIO(self.head)
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -117,14 +129,3 @@ class MetricsServer:
                 logger.debug("metrics endpoint: " + format, *args)
 
         return Handler
-
-
-def _server_for(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    """A server bound to ``host:port``, IPv6 when the host is an IPv6 address."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-
-    class Server(ThreadingHTTPServer):
-        address_family = family
-        daemon_threads = True
-
-    return Server((host, port), handler)
