@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,10 +20,11 @@ from django_jobqueue.checks import check_jobqueue_settings
 from django_jobqueue.models import Job
 from django_jobqueue.models import Schedule as ScheduleRow
 from django_jobqueue.queue.schedules import ScheduleBook
-from django_jobqueue.queue.timetable import MAX_CATCH_UP, Schedule, plan_fires
+from django_jobqueue.queue.timetable import MAX_CATCH_UP, ON_TIME_BATCH, Schedule, plan_fires
 from django_jobqueue.schedules import ScheduleError, declared_schedules, read_schedule, schedule_problems
 
 AMSTERDAM = ZoneInfo("Europe/Amsterdam")
+MINUTE = timedelta(minutes=1)
 
 
 @job(name="tests.schedules.report")
@@ -117,7 +119,19 @@ def test_on_time_fire_times_are_all_enqueued_even_when_the_scheduler_woke_late()
     plan = plan_fires(every(1, catch_up="none"), utc(2026, 1, 1, 0, 0, 0), utc(2026, 1, 1, 0, 0, 5, 500), 60)
     assert plan is not None
     assert plan.fire_times == tuple(utc(2026, 1, 1, 0, 0, s) for s in range(1, 6))
-    assert plan.through == utc(2026, 1, 1, 0, 0, 5) and plan.missed == 0
+    assert plan.through == utc(2026, 1, 1, 0, 0, 5) and plan.skipped is None and not plan.more
+
+
+def test_on_time_fire_times_past_one_batch_are_owed_oldest_first_not_dropped():
+    # 300 fire times within the grace: the plan takes the oldest ON_TIME_BATCH, settles only
+    # up to them, and says more are owed; none is left behind as handled.
+    start = utc(2026, 1, 1)
+    plan = plan_fires(every(1, catch_up="none"), start, start + timedelta(seconds=300.3), 600)
+    assert plan is not None and plan.more and plan.skipped is None
+    assert plan.fire_times == tuple(start + timedelta(seconds=s) for s in range(1, ON_TIME_BATCH + 1))
+    assert plan.through == plan.fire_times[-1]
+    rest = plan_fires(every(1, catch_up="none"), plan.through, start + timedelta(seconds=300.3), 600)
+    assert rest is not None and rest.fire_times[0] == plan.through + timedelta(seconds=1)
 
 
 def test_nothing_is_owed_between_fire_times():
@@ -136,7 +150,7 @@ def test_catch_up_after_downtime(catch_up, expected_hours, missed):
     assert plan is not None
     assert [f.hour for f in plan.fire_times] == expected_hours
     assert plan.through == utc(2026, 1, 1, 12)
-    assert plan.missed == missed
+    assert (plan.skipped.count if plan.skipped else 0) == missed
 
 
 def test_catch_up_all_is_bounded_to_the_newest_fire_times():
@@ -144,10 +158,14 @@ def test_catch_up_all_is_bounded_to_the_newest_fire_times():
     assert plan is not None
     assert len(plan.fire_times) == MAX_CATCH_UP
     assert plan.fire_times[-1] == utc(2026, 1, 2)
-    assert plan.missed == 24 * 60 - MAX_CATCH_UP
+    assert plan.skipped is not None and plan.skipped.count == 24 * 60 - MAX_CATCH_UP
+    assert (plan.skipped.first, plan.skipped.last) == (utc(2026, 1, 1, 0, 1), plan.fire_times[0] - MINUTE)
     # A year of downtime of an every-minute cron line is not walked minute by minute.
     plan = plan_fires(cron("* * * * *", "UTC", catch_up="latest"), utc(2025, 1, 1), utc(2026, 1, 1), 0)
     assert plan is not None and plan.fire_times == (utc(2026, 1, 1),)
+    assert plan.skipped is not None and not plan.skipped.exact
+    assert (plan.skipped.first, plan.skipped.last) == (utc(2025, 1, 1, 0, 1), utc(2025, 12, 31, 23, 59))
+    assert str(plan.skipped).startswith("more than 10,000 missed fire times, from 2025-01-01T00:01:00+00:00")
 
 
 # -- declarations and checks -------------------------------------------------------
@@ -357,7 +375,50 @@ def test_catch_up_after_every_worker_was_down(book, catch_up, count):
     fired = book.fire_due(schedules, now=utc(2026, 1, 1, 0, 1, 20, 300))
     assert len(run_ats()) == 1 + count + 1
     assert run_ats()[-1] == utc(2026, 1, 1, 0, 1, 20)
-    assert fired[0].skipped == 6 - count
+    assert (fired[0].skipped.count if fired[0].skipped else 0) == 6 - count
+
+
+@override_settings(JOBQUEUE={"SCHEDULE_GRACE": 600})
+def test_every_on_time_fire_time_is_enqueued_however_many_the_grace_holds(book):
+    # The numbers: a grace of 600 s, every second, and the database back after 300 s.
+    # All 300 fire times are on time: each is enqueued, a batch a call, whatever catch_up says,
+    # and the row never says handled a fire time that has no job.
+    schedules = declared(tick={"job": "tests.schedules.report", "every": 1, "catch_up": "none"})
+    start = utc(2026, 1, 1)
+    book.sync(schedules, now=start)
+    back = start + timedelta(seconds=300, milliseconds=300)
+    fired = []
+    while batch := book.fire_due(schedules, now=back):
+        assert len(fired) < 10, "still firing"
+        fired.extend(batch)
+        assert ScheduleRow.objects.get().handled_through == max(run_ats())
+    assert run_ats() == [start + timedelta(seconds=s) for s in range(1, 301)]
+    assert not any(each.skipped for each in fired)
+    assert [each.more for each in fired] == [True, True, False]
+
+
+@pytest.mark.parametrize(("catch_up", "kept"), [("latest", 1), ("none", 0), ("all", MAX_CATCH_UP)])
+@override_settings(JOBQUEUE={"SCHEDULE_GRACE": 5})
+def test_every_skipped_fire_time_is_logged(book, caplog, catch_up, kept):
+    schedules = declared(tick={"job": "tests.schedules.report", "every": 1, "catch_up": catch_up})
+    start = utc(2026, 1, 1)
+    book.sync(schedules, now=start)
+    caplog.set_level(logging.INFO, logger="django_jobqueue")
+    # Down for 150 s: 00:00:01 .. 00:02:25 are past the grace, 00:02:26 .. 00:02:30 on time.
+    book.fire_due(schedules, now=start + timedelta(seconds=150, milliseconds=300))
+    missed = [start + timedelta(seconds=s) for s in range(1, 146)]
+    skipped, caught_up = missed[: len(missed) - kept], missed[len(missed) - kept :]
+    on_time = [start + timedelta(seconds=s) for s in range(146, 151)]
+    assert run_ats() == caught_up + on_time
+    # Each fire time that has no job is in the one line that says what was skipped.
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "skipped" in r.getMessage()]
+    assert [level for level, _line in lines] == ["WARNING"]
+    line = lines[0][1]
+    assert (
+        f"schedule tick skipped {len(skipped)} missed fire times, "
+        f"from {skipped[0].isoformat()} to {skipped[-1].isoformat()}"
+    ) in line
+    assert f"catch_up {catch_up!r}" in line
 
 
 def test_a_removed_schedule_stops_and_a_changed_one_starts_again_from_now(book):
@@ -397,6 +458,27 @@ def test_pause_skips_fire_times_and_resume_starts_from_now(book):
     assert resumed_at >= later - timedelta(seconds=5)
     fired = book.fire_due(schedules, now=resumed_at + timedelta(seconds=2))
     assert all(t > resumed_at for t in fired[0].fire_times)
+
+
+def test_a_resume_and_a_new_timing_log_the_fire_times_they_skip(book, caplog):
+    caplog.set_level(logging.INFO, logger="django_jobqueue")
+    schedules = declared(tick={"job": "tests.schedules.report", "every": 10})
+    book.sync(schedules, now=utc(2026, 1, 1))
+    book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 10))
+    book.pause(["tick"])
+    resumed_at = book.now()
+    book.resume(["tick"])
+    [line] = [r.getMessage() for r in caplog.records if "resumed" in r.getMessage()]
+    assert line.startswith("schedule tick resumed: its fire times after 2026-01-01T00:00:10+00:00 up to ")
+    assert datetime.fromisoformat(line.split(" up to ")[1].split(",")[0]) >= resumed_at
+    retimed = declared(tick={"job": "tests.schedules.report", "every": 20})
+    handled = ScheduleRow.objects.get().handled_through
+    book.sync(retimed, now=handled + timedelta(minutes=5))
+    [line] = [r.getMessage() for r in caplog.records if "changed" in r.getMessage()]
+    assert line.endswith(
+        f"starting again from now: its fire times after {handled.isoformat()} "
+        f"up to {(handled + timedelta(minutes=5)).isoformat()} are skipped"
+    )
 
 
 def test_run_now_adds_one_job_and_leaves_the_schedule_alone(book):

@@ -23,6 +23,7 @@ from django.db import connection
 from django_jobqueue import QueueClient
 from django_jobqueue.models import Job, Schedule
 from django_jobqueue.queue.schedules import ScheduleBook
+from django_jobqueue.schedules import read_schedule
 from tests.jobs_for_workers import events  # also registers the jobs in this process
 from tests.worker_support import WorkerProcess, wait_until
 
@@ -241,6 +242,28 @@ def test_downtime_is_caught_up_as_each_schedule_says(queue, start_worker, events
     assert not set(missed[:-1]) & got[names["latest"]]
     assert not set(missed) & got[names["none"]]
     assert set(missed) <= got[names["all"]]
+
+
+@pytest.mark.slow
+def test_every_fire_time_of_a_long_grace_is_enqueued_after_an_outage(queue, start_worker, events_path):
+    # SCHEDULE_GRACE 600 s, every second, 150 s since the fleet last fired: all 150 fire times
+    # are on time, more than one fire enqueues at once (ON_TIME_BATCH). The row is made as a
+    # worker that started 150 s ago and stopped at once would have left it.
+    declaration = every(1, events_path, "tick", catch_up="none")
+    env = schedules_env({"tick": declaration}, grace=600)
+    outage_began = db_now().replace(microsecond=0) - 150 * SECOND
+    ScheduleBook().sync([read_schedule("tick", declaration)], now=outage_began)
+
+    restarted_at = db_now()
+    worker = start_worker("--worker-id", "back", *POLL, env=env)
+    wait_until(lambda: row_reaches("tick", restarted_at + 2 * SECOND), 30, "the worker to catch up")
+    stop(worker)
+
+    times = assert_once_each(jobs_of("tick").values())
+    missing = sorted(set(seconds_in(outage_began, handled_through("tick"))) - set(times))
+    assert not missing, f"{len(missing)} on-time fire times not enqueued: {clock(missing[:5])} ..."
+    assert times == seconds_in(outage_began, handled_through("tick"))
+    assert "skipped" not in worker.log()
 
 
 @pytest.mark.slow

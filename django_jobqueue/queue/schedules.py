@@ -20,10 +20,17 @@ from ..conf import jobqueue_settings
 from ..models import Job, Schedule
 from .client import QueueClient
 from .ops import schedules as ops
-from .timetable import FirePlan, plan_fires, timing
+from .timetable import MAX_CATCH_UP, FirePlan, Skipped, plan_fires, timing
 from .timetable import Schedule as Declared
 
 logger = logging.getLogger(__name__)
+
+# What catch_up enqueues of the missed fire times, for the line that logs those it skipped.
+KEPT = {
+    "latest": "enqueues the newest only",
+    "none": "enqueues none",
+    "all": f"enqueues the newest {MAX_CATCH_UP}",
+}
 
 
 @dataclass(frozen=True)
@@ -33,9 +40,10 @@ class Fired:
     schedule: str
     fire_times: tuple[datetime, ...]
     job_ids: tuple[int, ...]
-    skipped: int
+    skipped: Skipped | None
     through: datetime  # every fire time up to here is now handled
     error: str | None = None  # why its jobs could not be enqueued (nothing was written)
+    more: bool = False  # on-time fire times after `through` are owed still: fire again at once
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,19 @@ class ScheduleBook:
                 row = rows.get(schedule.name)
                 if row is not None and row.signature != schedule.signature:
                     restart = timing(row.definition) != schedule.timing
-                    if ops.redefine_schedule(self.using, _entry(schedule), now, restart=restart):
+                    if not ops.redefine_schedule(self.using, _entry(schedule), now, restart=restart):
+                        continue
+                    if restart:
                         logger.info(
-                            "schedule %s changed: %s%s",
+                            "schedule %s changed: %s; starting again from now: "
+                            "its fire times after %s up to %s are skipped",
                             schedule.name,
                             schedule.when,
-                            "; starting again from now" if restart else "",
+                            _iso(ops.as_utc(row.handled_through)),
+                            now.isoformat(),
                         )
+                    else:
+                        logger.info("schedule %s changed: %s", schedule.name, schedule.when)
             forgotten = ops.forget_schedules(self.using, [s.name for s in schedules])
             if forgotten:
                 logger.info("forgot %s schedule(s) no longer declared", forgotten)
@@ -156,7 +170,7 @@ class ScheduleBook:
             except ValueError as exc:
                 # Its declaration passed the system checks, so the job's code
                 # changed under it; nothing was written, and the next call tries again.
-                result = Fired(schedule.name, plan.fire_times, (), 0, seen, error=str(exc))
+                result = Fired(schedule.name, plan.fire_times, (), None, seen, error=str(exc))
             if result is not None:
                 fired.append(result)
         return fired
@@ -171,7 +185,7 @@ class ScheduleBook:
                 seen,
                 plan.through,
                 last,
-                schedule.next_after(now),
+                schedule.next_after(plan.through),
                 now,
             )
             if not moved:
@@ -179,7 +193,16 @@ class ScheduleBook:
             jobs = self.client.push_many(_job_items(schedule, plan.fire_times))
             if jobs:
                 ops.note_fired_job(self.using, schedule.name, jobs[-1].pk)
-        return Fired(schedule.name, plan.fire_times, tuple(job.pk for job in jobs), plan.missed, plan.through)
+        if plan.skipped is not None:
+            logger.warning(
+                "schedule %s skipped %s, more than SCHEDULE_GRACE late (catch_up %r %s)",
+                schedule.name,
+                plan.skipped,
+                schedule.catch_up,
+                KEPT[schedule.catch_up],
+            )
+        job_ids = tuple(job.pk for job in jobs)
+        return Fired(schedule.name, plan.fire_times, job_ids, plan.skipped, plan.through, more=plan.more)
 
     def states(self, schedules: Sequence[Declared], now: datetime | None = None) -> list[ScheduleState]:
         """Each declared schedule with its row's state; reads only."""
@@ -208,8 +231,19 @@ class ScheduleBook:
 
     def resume(self, names: Iterable[str]) -> list[str]:
         """Fire these schedules again from now (what came while paused is skipped); return those resumed."""
+        names = list(names)
         with transaction.atomic(using=self.using):
-            return ops.set_paused(self.using, names, False, self.now())
+            now = self.now()
+            rows = ops.schedule_rows(self.using, names)
+            resumed = ops.set_paused(self.using, names, False, now)
+        for name in resumed:
+            logger.info(
+                "schedule %s resumed: its fire times after %s up to %s, while it was paused, are skipped",
+                name,
+                _iso(ops.as_utc(rows[name].handled_through)),
+                now.isoformat(),
+            )
+        return resumed
 
     def run_now(self, schedule: Declared) -> Job:
         """Enqueue one job of ``schedule`` to run now, besides its fire times; return it."""

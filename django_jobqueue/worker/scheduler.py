@@ -67,13 +67,8 @@ class Scheduler(Service):
                 continue
             for fire_time, job_id in zip(each.fire_times, each.job_ids, strict=True):
                 logger.info("schedule %s fired for %s: job %s", each.schedule, fire_time.isoformat(), job_id)
-            if each.skipped:
-                logger.warning(
-                    "schedule %s skipped %s missed fire time(s) (catch_up), up to %s",
-                    each.schedule,
-                    each.skipped,
-                    each.through.isoformat(),
-                )
+        if any(each.more for each in fired):
+            return MIN_PAUSE  # on-time fire times still owed: the next batch at once
         next_fire = min(schedule.next_after(now) for schedule in self.schedules)
         # The database's clock now, without asking it again: `now` plus the time firing took.
         wait = (next_fire - now).total_seconds() - (time.monotonic() - started)
