@@ -423,5 +423,8 @@ def test_a_row_deleted_by_a_worker_that_no_longer_declares_it_comes_back(book):
     book.sync([], now=utc(2026, 1, 1, 0, 0, 5))  # a worker with other code started
     assert not ScheduleRow.objects.exists()
     assert book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 6)) == []
+    # The scheduler gives its schedules their rows back now and then (every MAX_PAUSE).
+    assert book.add_missing(schedules, now=utc(2026, 1, 1, 0, 0, 6)) == ["tick"]
+    assert book.add_missing(schedules, now=utc(2026, 1, 1, 0, 0, 7)) == []
     assert ScheduleRow.objects.get().handled_through == utc(2026, 1, 1, 0, 0, 6)
     assert len(book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 10))) == 1

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import Job, Schedule
@@ -264,6 +264,34 @@ def test_every_fire_time_of_a_long_grace_is_enqueued_after_an_outage(queue, star
     assert not missing, f"{len(missing)} on-time fire times not enqueued: {clock(missing[:5])} ..."
     assert times == seconds_in(outage_began, handled_through("tick"))
     assert "skipped" not in worker.log()
+
+
+@pytest.mark.slow
+def test_a_row_an_operator_holds_is_passed_over_then_fired_in_full(
+    queue, postgresql_only, start_worker, events_path
+):
+    # An operator's run now holds the row of "a-held" in a transaction left open for
+    # seconds. The worker fires "b-free" meanwhile instead of waiting on the lock, and
+    # once the transaction ends, enqueues every fire time "a-held" owed (on time: within
+    # the grace), each once.
+    declarations = {name: every(1, events_path, name) for name in ("a-held", "b-free")}
+    worker = start_worker("--worker-id", "passer", *POLL, env=schedules_env(declarations))
+    wait_until(lambda: jobs_of("a-held") and jobs_of("b-free"), 30, "both schedules to fire")
+    held_from = db_now()
+    with transaction.atomic():
+        extra = ScheduleBook().run_now_once(read_schedule("a-held", declarations["a-held"]), lambda: False)
+        assert extra is not None
+        wait_until(lambda: row_reaches("b-free", held_from + 3 * SECOND), 15, "the free schedule to fire")
+        assert handled_through("a-held") < held_from + SECOND, "fired through an operator's lock"
+    released_at = db_now()
+    wait_until(lambda: row_reaches("a-held", released_at + SECOND), 15, "the held schedule to catch up")
+    stop(worker)
+
+    for name in declarations:
+        row = Schedule.objects.get(name=name)
+        times = assert_once_each(t for pk, t in jobs_of(name).items() if pk != extra.pk)
+        assert times == seconds_in(utc(row.created_at), utc(row.handled_through)), f"{name}: a gap"
+    assert "ERROR" not in worker.log()
 
 
 @pytest.mark.slow
