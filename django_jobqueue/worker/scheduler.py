@@ -23,9 +23,9 @@ from .service import Service
 
 logger = logging.getLogger(__name__)
 
-# Wake at least this often: to fire schedules another worker defined anew, and
-# to give back their rows to schedules a worker that no longer declares them
-# deleted (a rolling deploy).
+# Wake at least this often, to fire schedules another worker defined anew; and
+# at the first wake this long after the last look, give back their rows to
+# schedules a worker that no longer declares them deleted (a rolling deploy).
 MAX_PAUSE = 30.0
 # Never spin: a fire time is checked a little after it came.
 MIN_PAUSE = 0.01
