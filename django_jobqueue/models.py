@@ -398,13 +398,24 @@ class Schedule(models.Model):
     handled_through = models.DateTimeField(help_text="every fire time up to here is handled")
     last_fire_at = models.DateTimeField(null=True, blank=True, help_text="the newest fire time enqueued")
     last_job_id = models.BigIntegerField(null=True, blank=True)
-    next_fire_at = models.DateTimeField(null=True, blank=True)
+    # How a worker finds the schedules that are due without computing every one's
+    # fire times: the first fire time after handled_through, or an earlier moment
+    # (which only has a worker look at the row sooner), never a later one. None
+    # (a row older code wrote) is due. A paused row's moves along its timetable
+    # too, so that workers wake for it once it is resumed.
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, help_text="no fire time after handled_through comes before this"
+    )
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
     class Meta:
         ordering = ["name"]
+        indexes = [
+            # A wake's read of the due rows, and the earliest next fire time after them.
+            models.Index(fields=["next_fire_at"], name="jobqueue_schedule_due_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.name

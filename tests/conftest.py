@@ -12,12 +12,19 @@ from django.test import Client
 
 from django_jobqueue import QueueClient, registry
 from django_jobqueue.models import Job
+from django_jobqueue.queue.schedules import ScheduleBook
 
 
 @pytest.fixture
 def queue(transactional_db: None) -> QueueClient:
     """A QueueClient on committed transactions (claims inside TestCase prove nothing)."""
     return QueueClient()
+
+
+@pytest.fixture
+def book(transactional_db: None) -> ScheduleBook:
+    """The schedules' rows on committed transactions (tests pass their own clock to most calls)."""
+    return ScheduleBook()
 
 
 @pytest.fixture

@@ -131,9 +131,9 @@ def test_the_list_shows_next_and_last_fire_with_a_link_to_the_last_job(operator,
     book.sync(schedules)
     ping = schedules[1]
     assert ping.name == "ping"
-    # A worker fired "ping" for the fire time before the one now.
+    # A worker fired "ping" for the fire time before the one now (and stored when it fires next).
     start = book.now() - timedelta(seconds=70)
-    Schedule.objects.filter(name="ping").update(handled_through=start)
+    Schedule.objects.filter(name="ping").update(handled_through=start, next_fire_at=start)
     fired = book.fire_due(schedules)
     [ping_fired] = [each for each in fired if each.schedule == "ping"]
     last_job = ping_fired.job_ids[-1]

@@ -23,6 +23,7 @@ from django_jobqueue.queue.timetable import MAX_CATCH_UP, Schedule, plan_fires
 from django_jobqueue.schedules import ScheduleError, declared_schedules, read_schedule, schedule_problems
 
 AMSTERDAM = ZoneInfo("Europe/Amsterdam")
+MINUTE = timedelta(minutes=1)
 
 
 @job(name="tests.schedules.report")
@@ -117,7 +118,7 @@ def test_on_time_fire_times_are_all_enqueued_even_when_the_scheduler_woke_late()
     plan = plan_fires(every(1, catch_up="none"), utc(2026, 1, 1, 0, 0, 0), utc(2026, 1, 1, 0, 0, 5, 500), 60)
     assert plan is not None
     assert plan.fire_times == tuple(utc(2026, 1, 1, 0, 0, s) for s in range(1, 6))
-    assert plan.through == utc(2026, 1, 1, 0, 0, 5) and plan.missed == 0
+    assert plan.through == utc(2026, 1, 1, 0, 0, 5) and plan.skipped is None and not plan.more
 
 
 def test_nothing_is_owed_between_fire_times():
@@ -136,7 +137,7 @@ def test_catch_up_after_downtime(catch_up, expected_hours, missed):
     assert plan is not None
     assert [f.hour for f in plan.fire_times] == expected_hours
     assert plan.through == utc(2026, 1, 1, 12)
-    assert plan.missed == missed
+    assert (plan.skipped.count if plan.skipped else 0) == missed
 
 
 def test_catch_up_all_is_bounded_to_the_newest_fire_times():
@@ -144,10 +145,14 @@ def test_catch_up_all_is_bounded_to_the_newest_fire_times():
     assert plan is not None
     assert len(plan.fire_times) == MAX_CATCH_UP
     assert plan.fire_times[-1] == utc(2026, 1, 2)
-    assert plan.missed == 24 * 60 - MAX_CATCH_UP
+    assert plan.skipped is not None and plan.skipped.count == 24 * 60 - MAX_CATCH_UP
+    assert (plan.skipped.first, plan.skipped.last) == (utc(2026, 1, 1, 0, 1), plan.fire_times[0] - MINUTE)
     # A year of downtime of an every-minute cron line is not walked minute by minute.
     plan = plan_fires(cron("* * * * *", "UTC", catch_up="latest"), utc(2025, 1, 1), utc(2026, 1, 1), 0)
     assert plan is not None and plan.fire_times == (utc(2026, 1, 1),)
+    assert plan.skipped is not None and not plan.skipped.exact
+    assert (plan.skipped.first, plan.skipped.last) == (utc(2025, 1, 1, 0, 1), utc(2025, 12, 31, 23, 59))
+    assert str(plan.skipped).startswith("more than 10,000 missed fire times, from 2025-01-01T00:01:00+00:00")
 
 
 # -- declarations and checks -------------------------------------------------------
@@ -280,11 +285,6 @@ def declared(**schedules: object) -> list[Schedule]:
     return [read_schedule(name, entry) for name, entry in schedules.items()]
 
 
-@pytest.fixture
-def book(transactional_db: None) -> ScheduleBook:
-    return ScheduleBook()
-
-
 def run_ats(name: str = "tests.schedules.report") -> list[datetime]:
     return [j.run_at for j in Job.objects.filter(name=name).order_by("run_at")]
 
@@ -357,7 +357,7 @@ def test_catch_up_after_every_worker_was_down(book, catch_up, count):
     fired = book.fire_due(schedules, now=utc(2026, 1, 1, 0, 1, 20, 300))
     assert len(run_ats()) == 1 + count + 1
     assert run_ats()[-1] == utc(2026, 1, 1, 0, 1, 20)
-    assert fired[0].skipped == 6 - count
+    assert (fired[0].skipped.count if fired[0].skipped else 0) == 6 - count
 
 
 def test_a_removed_schedule_stops_and_a_changed_one_starts_again_from_now(book):
@@ -423,5 +423,8 @@ def test_a_row_deleted_by_a_worker_that_no_longer_declares_it_comes_back(book):
     book.sync([], now=utc(2026, 1, 1, 0, 0, 5))  # a worker with other code started
     assert not ScheduleRow.objects.exists()
     assert book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 6)) == []
+    # The scheduler gives its schedules their rows back now and then (every MAX_PAUSE).
+    assert book.add_missing(schedules, now=utc(2026, 1, 1, 0, 0, 6)) == ["tick"]
+    assert book.add_missing(schedules, now=utc(2026, 1, 1, 0, 0, 7)) == []
     assert ScheduleRow.objects.get().handled_through == utc(2026, 1, 1, 0, 0, 6)
     assert len(book.fire_due(schedules, now=utc(2026, 1, 1, 0, 0, 10))) == 1

@@ -18,11 +18,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import Job, Schedule
 from django_jobqueue.queue.schedules import ScheduleBook
+from django_jobqueue.schedules import read_schedule
 from tests.jobs_for_workers import events  # also registers the jobs in this process
 from tests.worker_support import WorkerProcess, wait_until
 
@@ -241,6 +242,56 @@ def test_downtime_is_caught_up_as_each_schedule_says(queue, start_worker, events
     assert not set(missed[:-1]) & got[names["latest"]]
     assert not set(missed) & got[names["none"]]
     assert set(missed) <= got[names["all"]]
+
+
+@pytest.mark.slow
+def test_every_fire_time_of_a_long_grace_is_enqueued_after_an_outage(queue, start_worker, events_path):
+    # SCHEDULE_GRACE 600 s, every second, 150 s since the fleet last fired: all 150 fire times
+    # are on time, more than one fire enqueues at once (ON_TIME_BATCH). The row is made as a
+    # worker that started 150 s ago and stopped at once would have left it.
+    declaration = every(1, events_path, "tick", catch_up="none")
+    env = schedules_env({"tick": declaration}, grace=600)
+    outage_began = db_now().replace(microsecond=0) - 150 * SECOND
+    ScheduleBook().sync([read_schedule("tick", declaration)], now=outage_began)
+
+    restarted_at = db_now()
+    worker = start_worker("--worker-id", "back", *POLL, env=env)
+    wait_until(lambda: row_reaches("tick", restarted_at + 2 * SECOND), 30, "the worker to catch up")
+    stop(worker)
+
+    times = assert_once_each(jobs_of("tick").values())
+    missing = sorted(set(seconds_in(outage_began, handled_through("tick"))) - set(times))
+    assert not missing, f"{len(missing)} on-time fire times not enqueued: {clock(missing[:5])} ..."
+    assert times == seconds_in(outage_began, handled_through("tick"))
+    assert "skipped" not in worker.log()
+
+
+@pytest.mark.slow
+def test_a_row_an_operator_holds_is_passed_over_then_fired_in_full(
+    queue, postgresql_only, start_worker, events_path
+):
+    # An operator's run now holds the row of "a-held" in a transaction left open for
+    # seconds. The worker fires "b-free" meanwhile instead of waiting on the lock, and
+    # once the transaction ends, enqueues every fire time "a-held" owed (on time: within
+    # the grace), each once.
+    declarations = {name: every(1, events_path, name) for name in ("a-held", "b-free")}
+    worker = start_worker("--worker-id", "passer", *POLL, env=schedules_env(declarations))
+    wait_until(lambda: jobs_of("a-held") and jobs_of("b-free"), 30, "both schedules to fire")
+    held_from = db_now()
+    with transaction.atomic():
+        extra = ScheduleBook().run_now_once(read_schedule("a-held", declarations["a-held"]), lambda: False)
+        assert extra is not None
+        wait_until(lambda: row_reaches("b-free", held_from + 3 * SECOND), 15, "the free schedule to fire")
+        assert handled_through("a-held") < held_from + SECOND, "fired through an operator's lock"
+    released_at = db_now()
+    wait_until(lambda: row_reaches("a-held", released_at + SECOND), 15, "the held schedule to catch up")
+    stop(worker)
+
+    for name in declarations:
+        row = Schedule.objects.get(name=name)
+        times = assert_once_each(t for pk, t in jobs_of(name).items() if pk != extra.pk)
+        assert times == seconds_in(utc(row.created_at), utc(row.handled_through)), f"{name}: a gap"
+    assert "ERROR" not in worker.log()
 
 
 @pytest.mark.slow

@@ -12,12 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from cronsim import CronSimError
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import Job, Schedule
-from ..queue.schedules import ScheduleBook
+from ..queue.schedules import ScheduleBook, stored_declaration
 from ..queue.timetable import Schedule as Declared
 from ..schedules import ScheduleError, declared_schedules
 from .display import pill
@@ -58,17 +57,6 @@ class RowState:
     @property
     def shown(self) -> Declared | None:
         return self.declared or self.stored
-
-
-def stored_declaration(row: Schedule) -> Declared | None:
-    """The declaration a row holds, as a ``Schedule``; None if it is not one (written by other code)."""
-    definition = row.definition if isinstance(row.definition, dict) else {}
-    try:
-        stored = Declared(name=row.name, **definition)
-        stored.next_after(datetime.now().astimezone())  # a cron or time zone this process cannot read
-    except (TypeError, ValueError, LookupError, AssertionError, CronSimError):
-        return None
-    return stored
 
 
 def annotate(rows: Sequence[Schedule], declarations: Declarations, now: datetime, *, link_jobs: bool) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,11 @@ from cronsim import CronSim
 # ones): a worker fleet down for a month must not come back to 40,000 jobs of
 # an every-minute schedule.
 MAX_CATCH_UP = 100
+# One fire enqueues at most this many on-time fire times, the oldest first, and
+# the scheduler fires again at once for the rest: every on-time fire time is
+# enqueued, and no transaction grows with SCHEDULE_GRACE (a day's grace of an
+# every-second schedule is 86,400 of them).
+ON_TIME_BATCH = 100
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Skipped cron fire times are counted (for the log) up to this many; `every`
 # ones are counted by arithmetic, however many.
@@ -108,6 +112,10 @@ class Schedule:
         """The last fire time at or before ``moment`` (UTC), or None before the epoch."""
         return next(self._backward(moment), None)
 
+    def forward(self, moment: datetime) -> Iterator[datetime]:
+        """Fire times strictly after ``moment``, oldest first."""
+        return self._forward(moment)
+
     def backward(self, moment: datetime) -> Iterator[datetime]:
         """Fire times at or before ``moment``, newest first."""
         return self._backward(moment)
@@ -149,17 +157,36 @@ def timing(definition: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """Missed fire times ``catch_up`` dropped: every fire time of the schedule from ``first`` to ``last``."""
+
+    first: datetime
+    last: datetime
+    count: int
+    # False when a cron line's count stopped at MAX_COUNTED: there are more than ``count``.
+    exact: bool = True
+
+    def __str__(self) -> str:
+        count = f"{self.count:,}" if self.exact else f"more than {self.count:,}"
+        if self.first == self.last:
+            return f"{count} missed fire time ({self.first.isoformat()})"
+        return f"{count} missed fire times, from {self.first.isoformat()} to {self.last.isoformat()}"
+
+
+@dataclass(frozen=True)
 class FirePlan:
     """What one schedule owes at a moment: the fire times to enqueue, and how far that settles it.
 
-    ``through`` is the newest fire time at or before the moment: once the plan
-    is carried out, every fire time up to it is handled (enqueued, or skipped
-    by ``catch_up``).
+    ``through`` is the newest fire time the plan settles: once it is carried
+    out, every fire time up to it is handled (enqueued, or skipped by
+    ``catch_up``). It is the newest fire time at or before the moment unless
+    ``more`` on-time fire times are owed after it, for the next plan.
     """
 
     fire_times: tuple[datetime, ...]
     through: datetime
-    missed: int  # fire times past the grace that catch_up dropped (a cron line's: at most MAX_COUNTED)
+    skipped: Skipped | None = None
+    more: bool = False
 
 
 def plan_fires(schedule: Schedule, handled_through: datetime, now: datetime, grace: float) -> FirePlan | None:
@@ -168,39 +195,58 @@ def plan_fires(schedule: Schedule, handled_through: datetime, now: datetime, gra
     A fire time no older than ``grace`` seconds is on time and always
     enqueued: the scheduler merely woke late. Older ones were missed while no
     worker fired: ``catch_up`` keeps the newest (``"latest"``), none
-    (``"none"``), or up to ``MAX_CATCH_UP`` of the newest (``"all"``).
+    (``"none"``), or up to ``MAX_CATCH_UP`` of the newest (``"all"``), and
+    the plan says which it skipped. The on-time fire times are planned
+    oldest first, up to ``ON_TIME_BATCH`` of them; if more are owed, the
+    plan settles only up to the last it enqueues and says so (``more``).
     """
-    on_time: list[datetime] = []
-    missed: list[datetime] = []
-    dropped = 0
-    through = None
-    late = now - timedelta(seconds=grace)
-    for fire_time in schedule.backward(now):
-        if fire_time <= handled_through:
-            break
-        through = through or fire_time
-        if fire_time > late:
-            on_time.append(fire_time)
-            if len(on_time) >= MAX_CATCH_UP:
-                break
-        elif _keep_missed(schedule.catch_up, len(missed)):
-            missed.append(fire_time)
-        elif schedule.every is not None:
-            # The rest are evenly spaced: count them instead of walking them.
-            dropped = math.ceil((fire_time - handled_through) / timedelta(seconds=schedule.every))
-            break
-        else:
-            dropped += 1
-            if dropped >= MAX_COUNTED:  # a walk of cron times this long only feeds a log line
-                break
-    if through is None:
+    first = schedule.next_after(handled_through)
+    if first > now:
         return None
-    return FirePlan(tuple(sorted(on_time + missed)), through, dropped)
+    late = now - timedelta(seconds=grace)
+    kept: list[datetime] = []
+    skipped = None
+    if first <= late:
+        kept, skipped = _catch_up(schedule, first, late)
+    on_time: list[datetime] = []
+    more = False
+    for fire_time in schedule.forward(max(handled_through, late)):
+        if fire_time > now:
+            break
+        if len(on_time) == ON_TIME_BATCH:
+            more = True
+            break
+        on_time.append(fire_time)
+    if on_time:
+        through = on_time[-1]
+    elif kept:
+        through = kept[-1]  # catch_up keeps the newest missed fire times
+    else:
+        assert skipped is not None  # first <= late: the missed ones were kept or skipped
+        through = skipped.last
+    return FirePlan(tuple(kept + on_time), through, skipped, more)
 
 
-def _keep_missed(catch_up: str, kept: int) -> bool:
-    if catch_up == "latest":
-        return kept < 1
-    if catch_up == "all":
-        return kept < MAX_CATCH_UP
-    return False
+def _catch_up(schedule: Schedule, first: datetime, late: datetime) -> tuple[list[datetime], Skipped | None]:
+    """The missed fire times, ``first`` to ``late``, that ``catch_up`` keeps (oldest first), and the rest."""
+    keep = {"latest": 1, "all": MAX_CATCH_UP}.get(schedule.catch_up, 0)
+    kept: list[datetime] = []
+    last = None  # the newest skipped
+    count, exact = 0, True
+    for fire_time in schedule.backward(late):
+        if fire_time < first:
+            break
+        if len(kept) < keep:
+            kept.append(fire_time)
+            continue
+        last = last or fire_time
+        if schedule.every is not None:
+            # The rest are evenly spaced: count them instead of walking them.
+            count = (fire_time - first) // timedelta(seconds=schedule.every) + 1
+            break
+        count += 1
+        if count >= MAX_COUNTED:  # a walk of cron times this long only feeds a log line
+            exact = fire_time == first
+            break
+    kept.reverse()
+    return kept, Skipped(first, last, count, exact) if last is not None else None
