@@ -12,7 +12,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_jobqueue", "0011_job_partitions"),
+        ("django_jobqueue", "0014_batch_counts_of_operators"),
     ]
 
     operations = [
