@@ -31,7 +31,7 @@ def ledger_table(queue: QueueClient) -> Iterator[None]:
 
 @pytest.fixture
 def trail_tables(queue: QueueClient) -> Iterator[None]:
-    """The copy of every rate limit start (``trails.py``) on the test database."""
+    """The copies of rate limit starts and deleted jobs (``trails.py``) on the test database."""
     trails.create()
     yield
     trails.drop()
