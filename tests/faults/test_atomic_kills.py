@@ -9,7 +9,14 @@ connection they would be rolled back with it.
 
 On SQLite an atomic job holds the database's write lock for its whole
 transaction, so the jobs are short there and the workers few: every other
-write of every worker waits behind each of them (docs/workflows.md).
+write of every worker waits behind each of them (docs/workflows.md). A write
+that has waited a while is the last to get the lock when it frees (SQLite's
+busy handler tries a long waiter again every 100 ms, a new one within a few),
+so a slot waiting to begin its job's transaction, and the heartbeat waiting
+to renew that job's claim, can wait past the claim's 2 s: the claim expires
+and the job runs again elsewhere, and when the late run gets the lock its
+ack is refused and its effect rolled back. There an extra run may follow an
+expired claim as well as a kill; on PostgreSQL only a kill.
 """
 
 from __future__ import annotations
@@ -27,13 +34,15 @@ from django_jobqueue.models import Job
 from tests.worker_support import WorkerProcess, first_within, wait_until
 
 from . import effects, ledger
-from .checker import KILL, check
+from .checker import EXPIRED, KILL, check
 from .jobs import WRITTEN
 
 KILLS = 10
 KILL_EVERY = 1.0
 # How long a kill waits for a job between its write and its commit before it strikes a worker anyway.
 AIM_WITHIN = 10.0
+# Why a job may run again (the module's docstring).
+EXPLAINED = {"postgresql": {KILL}, "sqlite": {KILL, EXPIRED}}
 # PostgreSQL: transactions of their own, side by side. SQLite: one at a time, holding the write lock.
 SIZES = {
     "postgresql": {"jobs": 500, "workers": 3, "slots": 4, "seconds": (0.1, 0.4)},
@@ -132,7 +141,7 @@ def test_sigkilled_atomic_jobs_commit_exactly_one_effect_each(
     )
     report.assert_nothing_lost()
     assert report.done_once + report.done_more == size["jobs"] and report.dead == 0
-    assert set(report.extra_runs) <= {KILL}, report.summary()
+    assert set(report.extra_runs) <= EXPLAINED[connection.vendor], report.summary()
     assert taken_back, "no kill came between a job's write and its commit"
     # Exactly once in the database's eyes: one effect per job, never none, never two.
     counts = Counter(effect.job_id for effect in kept)
