@@ -2,8 +2,9 @@
 
 A job is *done once*, *done more than once* (each extra execution explained by
 a kill, an expired claim or an error of the run itself), *dead-lettered*,
-*cancelled*, *stuck* (still ready or running when the scenario is over) or
-*lost* (in neither table). Lost and stuck must be 0 in every scenario.
+*cancelled*, *stuck* (still ready, running or waiting when the scenario is
+over) or *lost* (in neither table, and not known to have been deleted once
+done). Lost and stuck must be 0 in every scenario.
 
 Given more of what the scenario did, the checker also holds the run to the
 rules of the outcomes a worker decides itself (``violations``, which must be
@@ -164,6 +165,7 @@ def check(
     child_kills: Mapping[int, float] | None = None,
     cancels: Mapping[int, float] | None = None,
     logs: Mapping[str, str] | None = None,
+    deleted_done: Mapping[int, tuple[int, int]] | None = None,
 ) -> Report:
     """Classify the jobs ``job_ids`` on database ``using``.
 
@@ -173,6 +175,9 @@ def check(
     the kill; ``cancels``, each job it cancelled (``cancel`` returned True) to
     the time of the cancel; ``logs``, each worker's id to its log. The rules of
     each are checked only when it is given (see the module's docstring).
+    ``deleted_done`` maps each job the scenario knows was deleted once done (at
+    its ack with ``KEEP_COMPLETED = 0``, or pruned) to the claim token and the
+    attempts its row had then: such a job, in neither table, is done, not lost.
     """
     kills = kills or {}
     stops = stops or {}
@@ -181,6 +186,8 @@ def check(
     for execution in ledger.executions(using):
         by_job[execution.job_id].append(execution)
     finals = _finals(using, ids)
+    for job_id, (claim_token, attempts) in (deleted_done or {}).items():
+        finals.setdefault(job_id, Final(JobStatus.DONE, claim_token, attempts))
     lines = logged_outcomes(logs) if logs is not None else None
     report = Report(jobs=len(ids))
     jobs: dict[int, tuple[list[Execution], dict[int, Logged]]] = {}

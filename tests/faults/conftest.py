@@ -15,7 +15,7 @@ from tests.worker_support import ROOT, WorkerProcess
 
 # jobs: imported in the test process too, so that enqueueing its jobs by name applies
 # their @job options (faults.work's max_attempts) here as in the workers.
-from . import jobs, ledger  # noqa: F401
+from . import jobs, ledger, trails  # noqa: F401
 
 FAULT_JOBS = "tests.faults.jobs"
 FIGURES_DIR = ROOT / "var" / "fault-figures"
@@ -27,6 +27,14 @@ def ledger_table(queue: QueueClient) -> Iterator[None]:
     ledger.create()
     yield
     ledger.drop()
+
+
+@pytest.fixture
+def trail_tables(queue: QueueClient) -> Iterator[None]:
+    """The copies of rate limit starts and deleted jobs (``trails.py``) on the test database."""
+    trails.create()
+    yield
+    trails.drop()
 
 
 @pytest.fixture

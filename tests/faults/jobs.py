@@ -16,7 +16,7 @@ from typing import Any
 
 from django_jobqueue import Fail, JobContext, QueueClient, Retry, job
 
-from . import ledger
+from . import effects, ledger
 
 
 def _begin(ctx: JobContext) -> int:
@@ -172,3 +172,24 @@ def batch_done(ctx: JobContext, batch_id: int, done: int, failed: int, cancelled
     entry = _begin(ctx)
     counts = {"batch_id": batch_id, "done": done, "failed": failed, "cancelled": cancelled}
     ledger.end(entry, note=json.dumps({"scenario": scenario, **counts}))
+
+
+# The note of an atomic run's ledger row once its effect is written, uncommitted.
+WRITTEN = "effect written"
+
+
+@job(name="faults.atomic_effect", atomic=True, takes_context=True, max_attempts=20)
+def atomic_effect(ctx: JobContext, ledger_file: str, seconds: float = 0.0, n: int = 0) -> int:
+    """Write this run's effect row in the job's transaction, then run ``seconds`` more in it before
+    the ack commits both: a kill in that stretch takes back a written effect.
+
+    Its executions go to the ledger file ``ledger_file``, beside the database (``ledger.py``).
+    """
+    entry = ledger.beside_start(ledger_file, ctx.job.pk, ctx.job.claim_token, ctx.attempt, ctx.worker_id)
+    effects.write(ctx.job.pk, ctx.job.claim_token, ctx.worker_id)
+    ledger.beside_note(ledger_file, entry, WRITTEN)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+    ledger.beside_end(ledger_file, entry, WRITTEN)
+    return n

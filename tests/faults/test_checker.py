@@ -198,3 +198,20 @@ def test_a_job_handed_back_before_it_started_then_run_again_passes(queue, claim)
     assert f"job {job.pk}: its acked attempt 1 logged released, not done" in violations(
         check([job.pk], logs={WORKER: logs})
     )
+
+
+def test_a_job_deleted_once_done_is_done_only_when_the_scenario_says_so(queue, claim):
+    job = queue.push("faults.work")
+    claimed = claim()
+    assert queue.ack(claimed, worker_id=WORKER)
+    Job.objects.filter(pk=job.pk).delete()  # as an ack with KEEP_COMPLETED = 0, or a prune, deletes it
+    assert check([job.pk]).lost_ids == [job.pk]
+    report = check([job.pk], deleted_done={job.pk: (claimed.claim_token, claimed.attempts)})
+    assert (report.lost, report.done_once, report.violations) == (0, 1, [])
+
+
+def test_a_job_left_waiting_is_stuck(queue, ledger_table):
+    first = queue.push("faults.work")
+    waiting = queue.push("faults.work", depends_on=[first])
+    report = check([waiting.pk])
+    assert (report.stuck_ids, report.lost) == ([waiting.pk], 0)
