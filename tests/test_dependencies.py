@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -366,9 +367,10 @@ def test_a_retry_racing_an_enqueue_that_names_the_dead_letter_repoints_the_new_e
 def test_an_enqueue_naming_running_jobs_holds_up_neither_their_heartbeat_nor_a_round(queue, on_postgresql):
     """The enqueue keeps its dependencies from finishing until it commits, and from nothing else.
 
-    Its transaction left open, the worker's heartbeat still renews every claim
-    and its round writes every other ack; the ack it passed over goes through
-    after the commit, and releases the new dependent.
+    Its transaction left open, the worker's heartbeat renews every claim at
+    once, and its round, after a moment's wait on the held rows, writes every
+    other ack and commits; the acks it passed over go through after the
+    commit, and release the new dependent.
     """
     a, b, other = step.enqueue(n=1), step.enqueue(n=2), step.enqueue(n=3)
     claimed = {job_.pk: job_ for job_ in queue.pull_many(worker_id="w", limit=3)}
@@ -381,12 +383,11 @@ def test_an_enqueue_naming_running_jobs_holds_up_neither_their_heartbeat_nor_a_r
     assert not beat.blocked and beat.result == {a.pk, b.pk, other.pk}
     acks = [(claimed[pk], None) for pk in (b.pk, other.pk, a.pk)]
     made.clear()
-    round_ = race(
-        enqueue_dependent,
-        lambda: QueueClient().ack_and_claim(acks, worker_id="w", queue_limits=None, limit=1),
-    )
-    assert not round_.blocked
-    acked, _claimed = round_.result
+    with transaction.atomic():
+        enqueue_dependent()
+        acked, _claimed = _in_a_thread(
+            lambda: QueueClient().ack_and_claim(acks, worker_id="w", queue_limits=None, limit=1)
+        )
     if on_postgresql:
         # a and b cannot finish before the enqueue commits: passed over, not waited on.
         assert acked == {(other.pk, claimed[other.pk].claim_token)}
@@ -395,6 +396,28 @@ def test_an_enqueue_naming_running_jobs_holds_up_neither_their_heartbeat_nor_a_r
     assert {job_id for job_id, _token in acked} >= {a.pk, b.pk}
     assert status(made[0]) == "ready", "the acks after the commit found the mark and released it"
     assert not Dependency.objects.filter(dependent=made[0]).exists()
+
+
+def _in_a_thread(action: Any) -> Any:
+    """``action()`` on a connection of its own, which must end within 10 s; return its result.
+
+    On SQLite the caller's open write transaction holds the database: the action runs after it.
+    """
+    if connection.vendor != "postgresql":
+        return action()
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(action())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and result, "it waited on the open transaction"
+    return result[0]
 
 
 def test_the_mark_on_a_dependency_is_written_when_the_enqueue_commits(

@@ -74,7 +74,7 @@ def test_the_claim_and_ack_statements_show_in_the_query_log(queue, job_factory):
     assert "UPDATE" in statements[0] and "SET status = 'running'" in statements[0]
     if connection.vendor == "postgresql":
         # The round: one statement, parameters bound in it as they were sent.
-        assert len(statements) == 2 and statements[1].startswith("WITH acks_locked")
+        assert len(statements) == 2 and statements[1].startswith("WITH acked")
         assert f"'{claimed.pk}'" in statements[1] or f"{claimed.pk}" in statements[1]
 
 

@@ -147,3 +147,35 @@ def test_a_claim_held_up_by_another_transaction_is_kept_not_handed_back(queue, j
 
 class RolledBack(Exception):
     pass
+
+
+def test_a_batch_of_acks_waits_on_a_held_row_briefly_then_passes_it_over(queue, job_factory, postgresql_only):
+    """The round's fast path takes no lock of its own per ack: a held row costs it one brief wait.
+
+    Then it writes the batch again passing over the held row, and so does
+    every batch of that client for a while: no second wait.
+    """
+    held_job, free_one, free_two = (job_factory() for _ in range(3))
+    claimed = {job.pk: job for job in queue.pull_many(worker_id="w", limit=3)}
+    client = QueueClient()
+    timings: list[float] = []
+    results: list[Any] = []
+
+    def ack(pks: list[int]) -> None:
+        try:
+            started = time.monotonic()
+            results.append(client.ack_many([(claimed[pk], None) for pk in pks], worker_id="w"))
+            timings.append(time.monotonic() - started)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        assert QueueClient().cancel_jobs([held_job.pk])  # holds the row, uncommitted
+        for pks in ([held_job.pk, free_one.pk], [held_job.pk, free_two.pk]):
+            thread = threading.Thread(target=ack, args=(pks,))
+            thread.start()
+            thread.join(10)
+            assert not thread.is_alive()
+        transaction.set_rollback(True)
+    assert results == [{(free_one.pk, claimed[free_one.pk].claim_token)}, {(free_two.pk, 1)}]
+    assert 0.15 < timings[0] < 5 and timings[1] < 0.15, timings

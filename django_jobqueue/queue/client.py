@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import EmptyResultSet
-from django.db import transaction
+from django.db import OperationalError, connections, transaction
 from django.db.models import QuerySet
 
 from .. import collector
@@ -23,7 +24,8 @@ from ..exceptions import WorkerIdInUse
 from ..models import DeadLetter, Job
 from . import batching, ops
 from .backoff import backoff_delay
-from .conflicts import retried, run_retrying
+from .conflicts import is_lock_timeout, retried, run_retrying
+from .engines import engine_for
 from .ops.limited import FlowState
 from .preparation import Item, copyable, prepare_job, prepared
 from .progress import check_progress, encode_progress
@@ -39,6 +41,9 @@ from .validation import (
 )
 
 JobRef = Job | int
+T = TypeVar("T")
+# Seconds a client's batches of acks pass over held rows at once after one of them met one.
+PASS_OVER_FOR = 5.0
 Duration = timedelta | float | int
 DeadLetters = QuerySet[DeadLetter] | Iterable[DeadLetter | int]
 
@@ -53,6 +58,8 @@ class QueueClient:
         # synchronous_commit of this client's claims and rounds on PostgreSQL; None:
         # the database's own. A worker sets JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"].
         self.round_commit: str | None = None
+        # Until when (time.monotonic()) batches of acks pass over held rows at once (_held_rows_met).
+        self._passing_over_until = 0.0
 
     def __repr__(self) -> str:
         return f"QueueClient(using={self.using!r})"
@@ -197,12 +204,38 @@ class QueueClient:
             return set()
         keep = jobqueue_settings.KEEP_COMPLETED > 0
         batch_of = _batch_of(acks)
-        if not batch_of:
-            return ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
-        with transaction.atomic(using=self.using):
-            acked = ops.complete_many(self.using, check_worker_id(worker_id), completions, keep)
-            self._count_done(batch_of, acked)
-        return acked
+        worker_id = check_worker_id(worker_id)
+
+        def write(wait: ops.AckWait) -> set[tuple[int, int]]:
+            with transaction.atomic(using=self.using) if batch_of else nullcontext():
+                acked = ops.complete_many(self.using, worker_id, completions, keep, wait)
+                if batch_of:
+                    self._count_done(batch_of, acked)
+            return acked
+
+        return self._held_rows_met(write)
+
+    def _held_rows_met(self, write: Callable[[ops.AckWait], T]) -> T:
+        """``write(wait)``, a batch of acks: a row another transaction holds met as ``wait`` says.
+
+        Outside a transaction of the caller's, the batch first waits on a held
+        row ``BRIEF_LOCK_WAIT`` at most, which takes no lock of its own per ack
+        (a worker's round, the hot path); if the database ends it there, it is
+        written again passing over the rows held, and so are this client's
+        batches for the next ``PASS_OVER_FOR`` seconds. Inside one, it passes
+        over at once: a lock timeout must not reach the caller's transaction.
+        """
+        engine = engine_for(connections[self.using])
+        in_transaction = connections[self.using].in_atomic_block
+        if engine.lock_timeout_sql is None or in_transaction or time.monotonic() < self._passing_over_until:
+            return write(ops.PASS_OVER)
+        try:
+            return write(ops.WAIT_BRIEFLY)
+        except OperationalError as error:
+            if not is_lock_timeout(self.using, error):
+                raise
+        self._passing_over_until = time.monotonic() + PASS_OVER_FOR
+        return write(ops.PASS_OVER)
 
     def _count_done(self, batch_of: Mapping[int, int], acked: set[tuple[int, int]]) -> None:
         """Count the acked jobs of batches as done: one update per batch, in the acks' transaction."""
@@ -244,23 +277,23 @@ class QueueClient:
         if visibility_timeout is not None:
             timeout = to_seconds(visibility_timeout, "visibility_timeout", allow_zero=False)
         batch_of = _batch_of(acks)
-        # A round without a job of a batch is the one statement (PostgreSQL) it always was.
-        with transaction.atomic(using=self.using) if batch_of else nullcontext():
-            acked, claimed = ops.claim_round(
-                self.using,
-                check_worker_id(worker_id),
-                self._completions(acks),
-                jobqueue_settings.KEEP_COMPLETED > 0,
-                queue_limits,
-                _check_limit(limit),
-                timeout,
-                self.flow,
-                self.round_commit,
-            )
-            if batch_of:
-                # After the claim: the batch rows' locks are held for the commit alone.
-                self._count_done(batch_of, acked)
-        return acked, claimed
+        completions = self._completions(acks)
+        worker_id, limit = check_worker_id(worker_id), _check_limit(limit)
+        keep = jobqueue_settings.KEEP_COMPLETED > 0
+
+        def write(wait: ops.AckWait) -> tuple[set[tuple[int, int]], list[Job]]:
+            # A round without a job of a batch is the one statement (PostgreSQL) it always was.
+            with transaction.atomic(using=self.using) if batch_of else nullcontext():
+                acked, claimed = ops.claim_round(
+                    self.using, worker_id, completions, keep, queue_limits, limit, timeout,
+                    self.flow, self.round_commit, wait,
+                )  # fmt: skip
+                if batch_of:
+                    # After the claim: the batch rows' locks are held for the commit alone.
+                    self._count_done(batch_of, acked)
+            return acked, claimed
+
+        return self._held_rows_met(write)
 
     @retried
     def nack(

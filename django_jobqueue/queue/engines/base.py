@@ -91,6 +91,8 @@ class Engine:
     # A SELECT that sets this transaction's lock timeout from one parameter (text such as
     # '200ms') and returns the one it replaces; None where a lock wait cannot be bounded so.
     lock_timeout_sql: str | None = None
+    # ``with_lock_timeout``'s template: a value read once, which sets the lock timeout first.
+    with_lock_timeout_template: str = ""
     # A SELECT that sets synchronous_commit for the rest of the transaction, from
     # one parameter (a worker's rounds: JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]);
     # None where the database has no such setting.
@@ -149,6 +151,15 @@ class Engine:
     def json_array_has(self, array: str, value: str) -> str:
         """SQL true where the JSON array ``array`` (an SQL expression) holds the number ``value``."""
         return self.json_array_has_template.format(array=array, value=value)
+
+    def with_lock_timeout(self, value_sql: str) -> str:
+        """SQL of ``value_sql`` that first sets the transaction's lock timeout from one more parameter.
+
+        The value is read before the statement locks any row that depends on
+        it; from then on, a lock not granted within the timeout ends the
+        statement (``lock_timeout_code``). Only where ``lock_timeout_sql`` is.
+        """
+        return self.with_lock_timeout_template.format(value=value_sql)
 
     def in_rows(self, column: str, subquery: str) -> str:
         """SQL true where ``column`` is among the rows of ``subquery``, a SELECT in parentheses.

@@ -43,6 +43,10 @@ class PostgreSQLEngine(Engine):
     # set_config(..., true): for this transaction only, even the implicit one of a lone statement.
     commit_mode_sql = "SELECT set_config('synchronous_commit', %s, true)"
     lock_timeout_sql = "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
+    # An uncorrelated subquery: run once, before the rows that the value picks are locked.
+    with_lock_timeout_template = (
+        "(SELECT {value} FROM (SELECT set_config('lock_timeout', %s, true)) AS bounded)"
+    )
     clock_minus_template = "(clock_timestamp() - ({seconds}) * interval '1 second')"
     skip_locked = "FOR UPDATE SKIP LOCKED"
     skip_locked_in_place = "FOR NO KEY UPDATE SKIP LOCKED"

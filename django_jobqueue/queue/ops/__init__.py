@@ -20,7 +20,7 @@ Callers outside ``queue/`` go through ``QueueClient`` and the names
 ``django_jobqueue.queue`` exports; none imports a stage module.
 """
 
-from .acks import complete, complete_counted, complete_many
+from .acks import PASS_OVER, WAIT_BRIEFLY, AckWait, complete, complete_counted, complete_many
 from .batches import Counts, finish_batches, open_batch, record_outcomes, seal_batch, tally
 from .claims import (
     attempts_of,
@@ -60,6 +60,9 @@ from .workers import (
 )
 
 __all__ = [
+    "PASS_OVER",
+    "WAIT_BRIEFLY",
+    "AckWait",
     "insert_waiting_jobs",
     "repair_waiting",
     "CANCEL_CHANNEL",

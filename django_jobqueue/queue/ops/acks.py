@@ -10,6 +10,7 @@ of a claim (retried, dead, handed back) and its renewals are ``claims.py``'s.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +21,40 @@ from ..native import run_bound
 from .batches import Counts, record_outcomes
 from .dependencies import release_dependents
 from .moves import Change, transition, transition_cte
-from .tables import HELD_BY, JOB, LIVE_JOBS, ROWS_PER_STATEMENT, Fence, batched, cursor_and_engine
+from .tables import (
+    BRIEF_LOCK_WAIT,
+    HELD_BY,
+    JOB,
+    LIVE_JOBS,
+    ROWS_PER_STATEMENT,
+    Fence,
+    batched,
+    cursor_and_engine,
+)
 
 # The plain ack's one extra condition: a job that dependents wait on is left to
 # ``complete_releasing``, which releases them in the ack's own transaction.
 NO_DEPENDENTS = "NOT has_dependents"
+
+
+class AckWait(enum.Enum):
+    """How a batch of acks meets a row that another transaction holds.
+
+    ``PASS_OVER`` locks each row first, passing over those held (``AcksLock``):
+    an extra lock per ack. ``WAIT_BRIEFLY`` (a worker's round outside any
+    transaction of the caller's) waits ``BRIEF_LOCK_WAIT`` at most, and the
+    database then ends the statement (``conflicts.is_lock_timeout``): the
+    caller writes the batch again, passing over. ``IN_TRANSACTION`` takes no
+    lock of its own: an earlier statement of the transaction set its lock
+    timeout (the limited round's pipeline).
+    """
+
+    PASS_OVER = "pass over"
+    WAIT_BRIEFLY = "wait briefly"
+    IN_TRANSACTION = "in transaction"
+
+
+PASS_OVER, WAIT_BRIEFLY, IN_TRANSACTION = AckWait.PASS_OVER, AckWait.WAIT_BRIEFLY, AckWait.IN_TRANSACTION
 
 
 def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> bool:
@@ -135,20 +165,25 @@ def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bo
 
 
 def complete_many(
-    using: str, worker_id: str, completions: Sequence[tuple[int, int, str | None]], keep: bool
+    using: str,
+    worker_id: str,
+    completions: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    wait: AckWait = PASS_OVER,
 ) -> set[tuple[int, int]]:
     """running -> done (or deleted) for each ``(job_id, claim_token, result_json)`` of ``worker_id``,
     one statement per batch; return the ``(job_id, claim_token)`` of the claims completed.
 
     Each row is fenced as ``complete`` fences it, by its owner and its own claim
     token: a claim that expired and was re-claimed, or whose job was cancelled,
-    is left alone and not returned.
+    is left alone and not returned. ``wait``: how a row another transaction
+    holds is met (``AckWait``).
     """
     if not completions:
         return set()
     engine = engine_for(connections[using])
     if engine.supports_array_params:
-        sql, params = acked_statement(complete_arrays_cte(engine, worker_id, completions, keep))
+        sql, params = acked_statement(complete_arrays_cte(engine, worker_id, completions, keep, wait=wait))
         acked = {(row[0], row[1]) for row in run_bound(using, sql, params)}
         return acked | complete_held_back(using, worker_id, completions, acked, keep)
     cursor, engine = cursor_and_engine(using)
@@ -207,6 +242,7 @@ def complete_arrays_cte(
     completions: Sequence[tuple[int, int, str | None]],
     keep: bool,
     plain: bool = True,
+    wait: AckWait = PASS_OVER,
 ) -> tuple[str, list[Any]]:
     """``complete_many``'s statement where the engine takes arrays, the batch as three however long
     it is: ``WITH`` items ending in ``acked``, one row per claim acked, its ``id, claim_token``
@@ -215,30 +251,37 @@ def complete_arrays_cte(
     ``plain`` as for ``_ack_values``: the plain ack's statement, or the one of
     ``complete_held_back`` that acks jobs with dependents too and says which.
     A worker's round puts them before its claim, in one statement; elsewhere
-    they are a statement of their own (``acked_statement``).
+    they are a statement of their own (``acked_statement``). ``wait``: how a
+    row another transaction holds is met (``AckWait``).
     """
     ids = [job_id for job_id, _token, _result in completions]
     tokens = [token for _job_id, token, _result in completions]
     # Unqualified: the acks' columns are id, claim_token and result alone.
     # The caller hands what it leaves out to ``complete_held_back``.
     fence = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
-    lock = AcksLock(engine, ids, worker_id, fence)
+    lock = AcksLock(engine, ids, worker_id, fence, pass_over=wait is PASS_OVER)
     where = f"{JOB}.id = acks.id AND {JOB}.claim_token = acks.claim_token AND {fence}{lock.where}"
     returning = f"{JOB}.id, {JOB}.claim_token" + ("" if plain else f", {JOB}.has_dependents")
+    # The acks' ids, read before any row is locked (the unnest is, whatever the plan):
+    # with WAIT_BRIEFLY they set this transaction's lock timeout first.
+    ids_sql = "%s::bigint[]"
+    ids_params: list[Any] = [ids]
+    if wait is WAIT_BRIEFLY:
+        ids_sql, ids_params = engine.with_lock_timeout(ids_sql), [ids, BRIEF_LOCK_WAIT]
     if not keep:
         sql = (
-            f"acked AS (DELETE FROM {JOB} USING unnest(%s::bigint[], %s::bigint[]) AS acks(id, claim_token) "
+            f"acked AS (DELETE FROM {JOB} USING unnest({ids_sql}, %s::bigint[]) AS acks(id, claim_token) "
             f"WHERE {where} RETURNING {returning})"
         )
-        return lock.before(sql, [ids, tokens, worker_id])
+        return lock.before(sql, [*ids_params, tokens, worker_id])
     # Joined on the claim, not the id: a stale ack of the same job must not lend its result.
     results = [result for _job_id, _token, result in completions]
-    joined = "unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS acks(id, claim_token, result)"
+    joined = f"unnest({ids_sql}, %s::bigint[], %s::jsonb[]) AS acks(id, claim_token, result)"
     moved = engine.finished_jobs_apart
     done = Change(
         {**_done_columns(engine), "result": "ack_result" if moved else "acks.result"},
         joined=joined,
-        joined_params=[ids, tokens, results],
+        joined_params=[*ids_params, tokens, results],
         carried="acks.result AS ack_result" if moved else "",
     )
     return lock.before(*transition_cte(engine, "acked", done, where, [worker_id], returning))
@@ -255,12 +298,15 @@ def complete_arrays_cte(
 class AcksLock:
     """The ``WITH`` item that locks a batch of acks' rows, passing over those held, and its ``WHERE`` term.
 
-    Nothing where the engine has no row locks: there one writer holds the whole database.
+    Nothing unless ``pass_over``, or where the engine has no row locks: there
+    one writer holds the whole database.
     """
 
-    def __init__(self, engine: Engine, ids: list[int], worker_id: str, fence: str) -> None:
+    def __init__(
+        self, engine: Engine, ids: list[int], worker_id: str, fence: str, *, pass_over: bool
+    ) -> None:
         self.sql, self.params, self.where = "", [], ""
-        if engine.skip_locked:
+        if pass_over and engine.skip_locked:
             table = LIVE_JOBS if engine.finished_jobs_apart else JOB
             self.sql = (
                 f"acks_locked AS MATERIALIZED (SELECT id FROM {table} AS {JOB} WHERE id = ANY(%s::bigint[]) "

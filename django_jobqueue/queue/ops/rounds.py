@@ -22,7 +22,16 @@ from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
 from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
-from .acks import acked_statement, complete_arrays_cte, complete_held_back, complete_many
+from .acks import (
+    IN_TRANSACTION,
+    PASS_OVER,
+    WAIT_BRIEFLY,
+    AckWait,
+    acked_statement,
+    complete_arrays_cte,
+    complete_held_back,
+    complete_many,
+)
 from .limited import (
     KEYED_SEEN,
     NOT_PAUSED_ROW,
@@ -35,7 +44,7 @@ from .limited import (
     rated_queues,
     window_size,
 )
-from .tables import CLAIM_ORDER, ROWS_PER_STATEMENT, batched, live_jobs, marks
+from .tables import BRIEF_LOCK_WAIT, CLAIM_ORDER, ROWS_PER_STATEMENT, batched, live_jobs, marks
 
 
 def claim(
@@ -72,6 +81,7 @@ def claim_round(
     visibility_timeout: float | None,
     flow: FlowState | None = None,
     synchronous_commit: str | None = None,
+    ack_wait: AckWait = PASS_OVER,
 ) -> tuple[set[tuple[int, int]], list[Job]]:
     """``complete_many(completions)`` then ``claim(...)`` (skipped when ``limit`` is 0), atomically.
 
@@ -82,17 +92,18 @@ def claim_round(
     SQLite, one transaction. ``flow`` carries what the claimer learnt of
     limited jobs from one round to the next. ``synchronous_commit`` is the
     round's commit on PostgreSQL (``JOBQUEUE["WORKER_SYNCHRONOUS_COMMIT"]``,
-    docs/guarantees.md); None leaves the database's own.
+    docs/guarantees.md); None leaves the database's own. ``ack_wait``: how
+    the acks meet a row another transaction holds (``acks.AckWait``).
     """
     engine = engine_for(connections[using])
     flow = flow if flow is not None else FlowState()
     if limit is None:
         limit = sum(share for _queue, share in queue_limits or [])
     if limit == 0:
-        return complete_many(using, worker_id, completions, keep), []
+        return complete_many(using, worker_id, completions, keep, ack_wait), []
     limits = configured_limits()
     commit = synchronous_commit if engine.commit_mode_sql is not None else None
-    round_ = Round(worker_id, queue_limits, limit, visibility_timeout, limits, flow, commit)
+    round_ = Round(worker_id, queue_limits, limit, visibility_timeout, limits, flow, commit, ack_wait)
     if limited_queues(queue_limits, limits) or flow.keyed_waiting:
         return _limited_round(using, engine, round_, completions, keep)
     acked, claimed = _plain_round(using, engine, round_, completions, keep)
@@ -124,6 +135,7 @@ class Round:
     limits: Mapping[str, QueueLimits]
     flow: FlowState
     synchronous_commit: str | None = None  # the round's commit (PostgreSQL); None: the database's
+    ack_wait: AckWait = PASS_OVER  # how its acks meet a row another transaction holds
 
 
 def _plain_round(
@@ -159,7 +171,9 @@ def _plain_round(
         params += probe_params
     if completions:
         # One statement for both, one result set: the claimed rows, then a row per ack marked by its status.
-        ack_sql, ack_params = complete_arrays_cte(engine, round_.worker_id, completions, keep)
+        ack_sql, ack_params = complete_arrays_cte(
+            engine, round_.worker_id, completions, keep, wait=round_.ack_wait
+        )
         sql = f"WITH {ack_sql}, {sql[5:]} UNION ALL SELECT {_ACKED_COLUMNS_SQL} FROM acked"
         params = ack_params + params
     if round_.synchronous_commit is not None:
@@ -220,10 +234,15 @@ def _limited_round(
         statements: list[tuple[str, Sequence[Any]]] = [(engine.flow_lock, [])]
         if round_.synchronous_commit is not None and engine.commit_mode_sql is not None:
             statements.append((engine.commit_mode_sql, [round_.synchronous_commit]))
+        wait = round_.ack_wait
+        if completions and wait is WAIT_BRIEFLY and engine.lock_timeout_sql is not None:
+            # After the flow lock, which is waited for as long as it takes: the acks wait briefly.
+            statements.append((engine.lock_timeout_sql, [BRIEF_LOCK_WAIT]))
+            wait = IN_TRANSACTION
         acks_at = len(statements)
         if completions:
             statements.append(
-                acked_statement(complete_arrays_cte(engine, round_.worker_id, completions, keep))
+                acked_statement(complete_arrays_cte(engine, round_.worker_id, completions, keep, wait=wait))
             )
         statements.append((sql, sql_params))
         results = run_in_transaction(using, statements)
