@@ -34,7 +34,6 @@ What serialises the statements that meet on one row (docs/workflows.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from django.db import transaction
 
@@ -51,9 +50,9 @@ from .tables import (
     NewJob,
     batched,
     cursor_and_engine,
-    lock_briefly,
     marks,
     notify_queues,
+    waiting_briefly,
 )
 
 EDGE = Dependency._meta.db_table
@@ -170,32 +169,22 @@ def release_dependents(using: str, job_ids: Sequence[int]) -> int:
     Run in the ack's transaction: the ack and the release commit together.
     An edge or a dependent that another transaction holds for longer than a
     moment (an operator's cancel of the dependent, still open) is passed over
-    rather than waited on with the rest of the ack (``tables.lock_briefly``):
+    rather than waited on with the rest of the ack (``tables.waiting_briefly``):
     should that transaction roll back, the tick's ``repair_waiting`` drops the
     edge to the done job and releases the dependent.
     """
-    cursor, engine = cursor_and_engine(using)
-    dependents: set[int] = set()
-    for chunk in batched(job_ids, ROWS_PER_STATEMENT):
-        edges = f"SELECT id FROM {EDGE} WHERE dependency_id IN ({marks(chunk)}) ORDER BY id"
-        locked = [row[0] for row in _locked(using, engine, edges, chunk)]
-        for ids in batched(locked, ROWS_PER_STATEMENT):
-            cursor.execute(f"DELETE FROM {EDGE} WHERE id IN ({marks(ids)}) RETURNING dependent_id", list(ids))
-            dependents.update(row[0] for row in cursor.fetchall())
+    cursor, _ = cursor_and_engine(using)
+    # The lock first, and the edges counted by the next statement's own snapshot:
+    # a concurrent ack of the same job's other dependency has then either
+    # committed its delete, or waits for this transaction.
+    held = waiting_briefly(using, lambda pass_over: _lock_dependents(using, job_ids, pass_over))
     released = 0
     queues: list[str] = []
-    for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
-        # The lock first, and the edges counted by the next statement's own snapshot:
-        # a concurrent ack of the same job's other dependency has then either
-        # committed its delete, or waits for this transaction.
-        waiting = f"SELECT id FROM {JOB} WHERE id IN ({marks(chunk)}) AND status = 'waiting' ORDER BY id"
-        held = [row[0] for row in _locked(using, engine, waiting, chunk)]
-        if not held:
-            continue
+    for chunk in batched(held, ROWS_PER_STATEMENT):
         cursor.execute(
-            f"UPDATE {JOB} SET status = 'ready' WHERE id IN ({marks(held)}) AND status = 'waiting' "
+            f"UPDATE {JOB} SET status = 'ready' WHERE id IN ({marks(chunk)}) AND status = 'waiting' "
             f"AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id) RETURNING queue",
-            held,
+            list(chunk),
         )
         rows = cursor.fetchall()
         released += len(rows)
@@ -204,10 +193,28 @@ def release_dependents(using: str, job_ids: Sequence[int]) -> int:
     return released
 
 
-def _locked(using: str, engine: Engine, select: str, params: Sequence[Any]) -> list[Any]:
-    """The rows of ``select`` locked for this transaction, waiting on them a moment at most."""
-    locking, skipping = f"{select} {engine.for_update}", f"{select} {engine.skip_locked}"
-    return lock_briefly(using, locking, skipping, list(params))
+def _lock_dependents(using: str, job_ids: Sequence[int], pass_over: bool) -> list[int]:
+    """Delete the edges of ``job_ids`` and lock the dependents still waiting; return their ids.
+
+    ``pass_over``: leave the edges and dependents that another transaction holds.
+    """
+    cursor, engine = cursor_and_engine(using)
+    dependents: set[int] = set()
+    for chunk in batched(job_ids, ROWS_PER_STATEMENT):
+        edges = f"dependency_id IN ({marks(chunk)})"
+        if pass_over:
+            edges = f"id IN (SELECT id FROM {EDGE} WHERE {edges} ORDER BY id {engine.skip_locked})"
+        cursor.execute(f"DELETE FROM {EDGE} WHERE {edges} RETURNING dependent_id", list(chunk))
+        dependents.update(row[0] for row in cursor.fetchall())
+    lock = engine.skip_locked if pass_over else engine.for_update
+    held: list[int] = []
+    for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
+        cursor.execute(
+            f"SELECT id FROM {JOB} WHERE id IN ({marks(chunk)}) AND status = 'waiting' ORDER BY id {lock}",
+            list(chunk),
+        )
+        held += [row[0] for row in cursor.fetchall()]
+    return held
 
 
 def cancel_dependents(using: str, job_ids: Sequence[int]) -> list[tuple[int, str, str, int | None]]:

@@ -5,10 +5,10 @@ Written once here, used by the statement modules of this package.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import OperationalError, connections, transaction
 from django.db.backends.utils import CursorWrapper
@@ -16,6 +16,8 @@ from django.db.backends.utils import CursorWrapper
 from ...models import DeadLetter, Job, Worker
 from ..conflicts import is_lock_timeout
 from ..engines import Engine, engine_for
+
+T = TypeVar("T")
 
 JOB = Job._meta.db_table
 # Where the engine keeps finished jobs apart (``Engine.finished_jobs_apart``), the job
@@ -133,33 +135,30 @@ def cursor_and_engine(using: str) -> tuple[CursorWrapper, Engine]:
 BRIEF_LOCK_WAIT = "200ms"
 
 
-def lock_briefly(using: str, sql: str, skip_sql: str, params: Sequence[Any]) -> list[Any]:
-    """The rows of ``sql``, a read that locks them, waiting ``BRIEF_LOCK_WAIT`` at most for any;
-    past that, those of ``skip_sql``: the same read, passing over the rows still held.
+def waiting_briefly(using: str, locking: Callable[[bool], T]) -> T:
+    """``locking(False)``, statements that lock rows, waiting ``BRIEF_LOCK_WAIT`` at most for any;
+    past that, ``locking(True)``: the same statements, passing over the rows still held.
 
     Run inside the caller's transaction, which keeps the locks to its commit.
-    The wait is bounded in a savepoint: a timeout rolls back the read alone,
-    and with it the bound, which is also put back after a read that got its
-    locks. Where the engine cannot bound a wait (SQLite, whose one writer
-    holds every lock), ``sql`` runs as it is.
+    The waits are bounded in a savepoint: a timeout rolls back what
+    ``locking(False)`` did, and with it the bound, which is also put back
+    once it is done. Where the engine cannot bound a wait (SQLite, whose one
+    writer holds every lock), ``locking(False)`` runs as it is.
     """
     cursor, engine = cursor_and_engine(using)
     if engine.lock_timeout_sql is None:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall())
+        return locking(False)
     try:
         with transaction.atomic(using=using):
             cursor.execute(engine.lock_timeout_sql, [BRIEF_LOCK_WAIT])
             previous = cursor.fetchone()[0]
-            cursor.execute(sql, params)
-            rows = list(cursor.fetchall())
+            done = locking(False)
             cursor.execute(engine.lock_timeout_sql, [previous])
-            return rows
+            return done
     except OperationalError as error:
         if not is_lock_timeout(using, error):
             raise
-    cursor.execute(skip_sql, params)
-    return list(cursor.fetchall())
+    return locking(True)
 
 
 # -- wake-up -------------------------------------------------------------------
