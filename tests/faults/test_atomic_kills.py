@@ -34,6 +34,7 @@ from django_jobqueue.models import Job
 from tests.worker_support import WorkerProcess, first_within, wait_until
 
 from . import effects, ledger
+from .chaos import stop_gracefully
 from .checker import EXPIRED, KILL, check
 from .jobs import WRITTEN
 
@@ -107,11 +108,7 @@ def test_sigkilled_atomic_jobs_commit_exactly_one_effect_each(
 
     wait_until(lambda: Job.objects.filter(status="done").count() == size["jobs"], 180, "every job to be done")
     elapsed = time.monotonic() - began
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_gracefully(workers)
 
     ledger.take_in(ledger_file)
     ids = [job.pk for job in jobs]

@@ -15,6 +15,7 @@ from django_jobqueue.models import Batch, DeadLetter, Job
 from tests.worker_support import WorkerProcess, wait_until
 
 from . import ledger
+from .chaos import stop_gracefully
 from .checker import EXPIRED, KILL, check
 
 JOBS = 2_000
@@ -72,11 +73,7 @@ def test_a_batch_under_sigkills_enqueues_one_callback_with_the_right_counts(queu
 
     wait_until(called_back, 240, "the batch's callback to run")
     elapsed = time.monotonic() - began
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_gracefully(workers)
 
     assert len(cancels) == CANCELLED, "the cancelled jobs were still waiting"
     row = Batch.objects.get(pk=opened.id)

@@ -17,6 +17,7 @@ from django_jobqueue.models import Dependency, Job
 from tests.worker_support import WorkerProcess, first_within, wait_until
 
 from . import ledger
+from .chaos import stop_gracefully
 from .checker import KILL, check
 
 CHAINS = 4
@@ -99,8 +100,4 @@ def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, fault
             assert first_start[after.pk] > acked_end[before.pk], (
                 f"link #{after.pk} started before link #{before.pk}'s acked run ended"
             )
-    for _worker_id, worker in workers:
-        worker.wait_started()
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait() == 0, worker.log()
+    stop_gracefully(workers)

@@ -37,6 +37,7 @@ from django_jobqueue.models import Dependency, Job
 from tests.worker_support import WorkerProcess, first_within
 
 from . import ledger, trails
+from .chaos import stop_gracefully
 from .checker import KILL, check
 
 GROUPS = 60
@@ -168,11 +169,7 @@ def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_wh
     first_within(settled, 180)
     elapsed = time.monotonic() - began
     pruning.stop()
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_gracefully(workers)
 
     runs = ledger.executions()
     ended_runs = {(run.job_id, run.claim_token): run for run in runs if run.finished}

@@ -12,6 +12,7 @@ from django_jobqueue.models import DeadLetter, Job
 from tests.worker_support import WorkerProcess, wait_until
 
 from . import ledger
+from .chaos import stop_gracefully
 from .checker import KILL, check
 
 JOBS = 1_000
@@ -71,8 +72,4 @@ def test_a_poison_pill_is_dead_lettered_after_max_attempts_and_the_rest_is_done(
     report.assert_nothing_lost()
     assert (report.done_once + report.done_more, report.dead) == (JOBS, 0)
     assert set(report.extra_runs) <= {KILL}, report.summary()
-    for _worker_id, worker in workers:
-        worker.wait_started()
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait() == 0, worker.log()
+    stop_gracefully(workers)

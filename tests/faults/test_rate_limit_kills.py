@@ -19,17 +19,16 @@ together. The figures show how much.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import time
 
 import pytest
 
 from django_jobqueue.models import Job
-from tests.worker_support import WorkerProcess, first_within, wait_until
+from tests.worker_support import WorkerProcess, wait_until
 
 from . import ledger, processes, trails
+from .chaos import kill_in_turns, stop_gracefully
 from .checker import CHILD_KILL, KILL, check
 
 QUEUE = "rated"
@@ -72,44 +71,19 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     for _worker_id, worker in workers:
         worker.wait_started(60)
 
-    def children_running_a_job() -> list[int]:
-        running = {run.pid for run in ledger.unended()}
-        return [pid for _, worker in workers for pid in processes.pool_children(worker.pid) if pid in running]
-
     began = time.monotonic()
-    kills: dict[str, float] = {}
-    child_kills: dict[int, float] = {}
-    for round_ in range(KILLS):
-        time.sleep(KILL_EVERY)
-        # Aimed at one in the middle of a job, in turn a worker and a child, as in the pool's chaos.
-        if round_ % 2 == 0:
-            busy = first_within(lambda: ledger.slots_mid_job(workers), AIM_WITHIN)
-            slot = busy[0] if busy else round_ % WORKERS
-            worker_id, worker = workers[slot]
-            worker.send(signal.SIGKILL)
-            kills[worker_id] = time.time()
-            worker.wait()
-            workers[slot] = start()
-        else:
-            victims = first_within(children_running_a_job, AIM_WITHIN)
-            if victims:
-                victim = rng.choice(victims)
-                os.kill(victim, signal.SIGKILL)
-                child_kills[victim] = time.time()
+    # Aimed at one in the middle of a job, in turn a worker and a child, as in the pool's chaos.
+    kills = kill_in_turns(workers, start, KILLS, KILL_EVERY, AIM_WITHIN, rng)
     done_in_chaos = Job.objects.filter(status="done").count()
 
     wait_until(lambda: Job.objects.filter(status="done").count() == JOBS, 180, "every job to be done")
     elapsed = time.monotonic() - began
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_gracefully(workers)
 
     report = check(
         [job.pk for job in jobs],
-        kills=kills,
-        child_kills=child_kills,
+        kills=kills.workers,
+        child_kills=kills.children,
         logs={worker_id: worker.log() for worker_id, worker in started.items()},
     )
     window = round(WINDOW * 1_000_000)
@@ -120,7 +94,7 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     figures(
         scenario="rate limit across the process pool under SIGKILLs",
         faults=(
-            f"{len(kills)} worker SIGKILLs and {len(child_kills)} child SIGKILLs in turn, "
+            f"{len(kills.workers)} worker SIGKILLs and {len(kills.children)} child SIGKILLs in turn, "
             f"{KILL_EVERY:g} s apart or more, each at one running a job"
         ),
         workers=f"{WORKERS} x {CHILDREN} child processes, visibility timeout 2 s, rate {RATE}/s",

@@ -6,7 +6,6 @@ killed in turn, among jobs that time out and jobs cancelled while they run.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import signal
@@ -15,9 +14,10 @@ import time
 import pytest
 
 from django_jobqueue.models import DeadLetter, Job
-from tests.worker_support import WorkerProcess, first_within, wait_until
+from tests.worker_support import WorkerProcess, wait_until
 
 from . import ledger, processes
+from .chaos import kill_in_turns, stop_gracefully
 from .checker import CHILD_KILL, KILL, TIMEOUT, check
 
 JOBS = 5_000
@@ -73,11 +73,7 @@ def test_sigkill_chaos_loses_nothing_and_every_duplicate_follows_a_kill(queue, f
     assert report.dead == 0
     assert set(report.extra_runs) <= {KILL}, report.summary()
     assert report.extra_runs[KILL] > 0, "the kills hit running jobs"
-    for _worker_id, worker in workers:
-        worker.wait_started()
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait() == 0, worker.log()
+    stop_gracefully(workers)
 
 
 # The process pool's chaos, sized for CI: fewer jobs and slots (a slot is a process here), and
@@ -148,31 +144,9 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
     cancels = {job.pk: time.time() for job in lingering if queue.cancel(job)}
     wait_until(lambda: logged(r"job faults\.linger .* outcome=cancelled") == LINGERING, 20, "the cancels")
 
-    def children_running_a_job() -> list[int]:
-        running = {run.pid for run in ledger.unended()}
-        return [pid for _, worker in workers for pid in processes.pool_children(worker.pid) if pid in running]
-
     began = time.monotonic()
-    kills: dict[str, float] = {}
-    child_kills: dict[int, float] = {}
-    for round_ in range(POOL_KILLS):
-        time.sleep(KILL_EVERY)  # the chaos's own pace
-        # Aimed at a worker, or a child, in the middle of a job once one is: on a loaded machine a
-        # worker restarted a few seconds before may not yet have a job when a timed kill comes.
-        if round_ % 2 == 0:
-            busy = first_within(lambda: ledger.slots_mid_job(workers), AIM_WITHIN)
-            slot = busy[0] if busy else round_ % POOL_WORKERS
-            worker_id, worker = workers[slot]
-            worker.send(signal.SIGKILL)
-            kills[worker_id] = time.time()
-            worker.wait()
-            workers[slot] = start()
-        else:
-            victims = first_within(children_running_a_job, AIM_WITHIN)
-            if victims:
-                victim = rng.choice(victims)
-                os.kill(victim, signal.SIGKILL)
-                child_kills[victim] = time.time()
+    # The chaos's own pace; each kill aimed at a worker, or a child, in the middle of a job.
+    kills = kill_in_turns(workers, start, POOL_KILLS, KILL_EVERY, AIM_WITHIN, rng)
 
     def settled() -> bool:
         done = Job.objects.filter(status="done").count()
@@ -182,24 +156,20 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
     # A deadline, not a pace.
     wait_until(settled, 240, "every job to be done, the hopeless ones dead-lettered")
     elapsed = time.monotonic() - began
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
-        worker.send(signal.SIGTERM)
-    for _worker_id, worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_gracefully(workers)
 
     report = check(
         [job.pk for job in (*lingering, *overrun, *work)],
-        kills=kills,
-        child_kills=child_kills,
+        kills=kills.workers,
+        child_kills=kills.children,
         cancels=cancels,
         logs={worker_id: worker.log() for worker_id, worker in started.items()},
     )
     figures(
         scenario="process pool chaos",
         faults=(
-            f"{len(cancels)} running jobs cancelled; then {len(kills)} worker SIGKILLs and "
-            f"{len(child_kills)} child SIGKILLs in turn, {KILL_EVERY:g} s apart, each at one running a job"
+            f"{len(cancels)} running jobs cancelled; then {len(kills.workers)} worker SIGKILLs and "
+            f"{len(kills.children)} child SIGKILLs in turn, {KILL_EVERY:g} s apart, each at one running a job"
         ),
         workers=f"{POOL_WORKERS} x {POOL_SLOTS} child processes, visibility timeout 3 s, cancel grace 1 s",
         drained_in=round(elapsed, 1),

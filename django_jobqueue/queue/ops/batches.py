@@ -42,7 +42,16 @@ from django.db import transaction
 from ...models import Batch, BatchCount
 from ..conflicts import run_retrying
 from .enqueue import insert_jobs
-from .tables import JOB, ROWS_PER_STATEMENT, UNFINISHED, NewJob, batched, cursor_and_engine, marks
+from .tables import (
+    JOB,
+    ROWS_PER_STATEMENT,
+    UNFINISHED,
+    NewJob,
+    batched,
+    cursor_and_engine,
+    insert_rows,
+    marks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -155,13 +164,7 @@ def record_operator_outcomes(using: str, outcomes: Mapping[int, Counts]) -> None
     rows = [(batch_id, *outcomes[batch_id]) for batch_id in sorted(outcomes) if any(outcomes[batch_id])]
     if not rows:
         return
-    cursor, _ = cursor_and_engine(using)
-    for chunk in batched(rows, ROWS_PER_STATEMENT):
-        values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
-        cursor.execute(
-            f"INSERT INTO {PENDING} (batch_id, done, failed, cancelled) VALUES {values}",
-            [value for row in chunk for value in row],
-        )
+    insert_rows(using, PENDING, ("batch_id", "done", "failed", "cancelled"), rows)
     settle = functools.partial(settle_batches, using, [row[0] for row in rows])
     transaction.on_commit(settle, using=using, robust=True)
 
@@ -174,14 +177,17 @@ def settle_batches(using: str, batch_ids: Sequence[int]) -> list[int]:
     """
     finished: list[int] = []
     for batch_id in sorted(set(batch_ids)):
-        finished += run_retrying(using, functools.partial(_settle_one, using, batch_id))
+        finished += run_retrying(using, functools.partial(_settle_one, using, batch_id, wait=True))
     return finished
 
 
-def _settle_one(using: str, batch_id: int) -> list[int]:
+def _settle_one(using: str, batch_id: int, *, wait: bool) -> list[int]:
+    """One batch's pending counts added and, its last job done, its callback enqueued; under its row's
+    lock, waited for or (not ``wait``) passed over while another transaction holds it."""
     cursor, engine = cursor_and_engine(using)
     with transaction.atomic(using=using):
-        cursor.execute(f"SELECT id FROM {BATCH} WHERE id = %s {engine.for_update}", [batch_id])
+        lock = engine.for_update if wait else engine.skip_locked
+        cursor.execute(f"SELECT id FROM {BATCH} WHERE id = %s {lock}", [batch_id])
         if cursor.fetchone() is None:
             return []
         take_pending(using, [batch_id])
@@ -230,24 +236,13 @@ def finish_batches(using: str) -> list[int]:
     pending = [row[0] for row in cursor.fetchall()]
     finished: list[int] = []
     for batch_id in sorted({*candidates, *pending}):
-        finished += run_retrying(using, functools.partial(_repair_one, using, batch_id))
+        fired = run_retrying(using, functools.partial(_settle_one, using, batch_id, wait=False))
+        for fired_id in fired:
+            logger.warning(
+                "batch %s finished by the repair pass: its last job's outcome did not finish it", fired_id
+            )
+        finished += fired
     return finished
-
-
-def _repair_one(using: str, batch_id: int) -> list[int]:
-    """``finish_batches``' work on one batch, passed over while another transaction holds its row."""
-    cursor, engine = cursor_and_engine(using)
-    with transaction.atomic(using=using):
-        cursor.execute(f"SELECT id FROM {BATCH} WHERE id = %s {engine.skip_locked}", [batch_id])
-        if cursor.fetchone() is None:
-            return []
-        take_pending(using, [batch_id])
-        fired = _fire_finished(using, [batch_id])
-    for fired_id in fired:
-        logger.warning(
-            "batch %s finished by the repair pass: its last job's outcome did not finish it", fired_id
-        )
-    return fired
 
 
 def _fire_finished(using: str, batch_ids: Sequence[int]) -> list[int]:

@@ -50,6 +50,7 @@ from .tables import (
     NewJob,
     batched,
     cursor_and_engine,
+    insert_rows,
     marks,
     notify_queues,
     waiting_briefly,
@@ -85,13 +86,8 @@ def insert_waiting_jobs(
             key=lambda edge: (edge[1], edge[0]),
         )
         waiting = sorted({dependent for dependent, _ in edges})
+        insert_rows(using, EDGE, ("dependent_id", "dependency_id"), edges)
         cursor, _ = cursor_and_engine(using)
-        for chunk in batched(edges, ROWS_PER_STATEMENT):
-            rows_sql = ", ".join(["(%s, %s)"] * len(chunk))
-            cursor.execute(
-                f"INSERT INTO {EDGE} (dependent_id, dependency_id) VALUES {rows_sql}",
-                [value for edge in chunk for value in edge],
-            )
         for chunk in batched(waiting, ROWS_PER_STATEMENT):
             cursor.execute(f"UPDATE {JOB} SET status = 'waiting' WHERE id IN ({marks(chunk)})", list(chunk))
     held = set(waiting)

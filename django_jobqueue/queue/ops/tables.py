@@ -129,6 +129,17 @@ def cursor_and_engine(using: str) -> tuple[CursorWrapper, Engine]:
     return connection.cursor(), engine_for(connection)
 
 
+def insert_rows(using: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Insert ``rows`` (each the values of ``columns``) into ``table``, ``ROWS_PER_STATEMENT`` a statement."""
+    cursor, _ = cursor_and_engine(using)
+    row_marks = f"({marks(columns)})"
+    for chunk in batched(rows, ROWS_PER_STATEMENT):
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row_marks] * len(chunk))}",
+            [value for row in chunk for value in row],
+        )
+
+
 # How long a worker's transaction waits on a row that another transaction holds before it
 # passes the row over: another worker's round, or a tick, holds one for milliseconds; an
 # operator's transaction left open (a cancel in a project's atomic block) as long as it likes.
