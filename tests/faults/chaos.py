@@ -31,6 +31,7 @@ def kill_in_turns(
     every: float,
     aim_within: float,
     rng: random.Random,
+    spare: frozenset[int] = frozenset(),
 ) -> Kills:
     """SIGKILL, every ``every`` seconds, in turn a ``--pool processes`` worker and one of its children.
 
@@ -38,17 +39,20 @@ def kill_in_turns(
     is (within ``aim_within`` seconds): on a loaded machine a worker restarted
     a few seconds before may not yet have a job when a timed kill comes. A
     killed worker is replaced at once by ``start()``, in its place in ``workers``.
+    A worker or child running a job of ``spare`` (job ids) is not aimed at:
+    a scenario that must see those jobs' own ends keeps the kills off them.
     """
     kills = Kills()
 
     def children_running_a_job() -> list[int]:
-        running = {run.pid for run in ledger.unended()}
+        runs = ledger.unended()
+        running = {run.pid for run in runs} - {run.pid for run in runs if run.job_id in spare}
         return [pid for _, worker in workers for pid in processes.pool_children(worker.pid) if pid in running]
 
     for round_ in range(rounds):
         time.sleep(every)
         if round_ % 2 == 0:
-            busy = first_within(lambda: ledger.slots_mid_job(workers), aim_within)
+            busy = first_within(lambda: ledger.slots_mid_job(workers, spare=spare), aim_within)
             slot = busy[0] if busy else round_ % len(workers)
             worker_id, worker = workers[slot]
             worker.send(signal.SIGKILL)

@@ -103,9 +103,16 @@ def unended(using: str = "default") -> list[Execution]:
     return _select("WHERE ended_at IS NULL", using)
 
 
-def slots_mid_job(workers: Sequence[tuple[str, object]], using: str = "default") -> list[int]:
-    """The slots of ``workers`` (pairs of a worker id and its process) whose worker is mid-job."""
-    running = {run.worker for run in unended(using)}
+def slots_mid_job(
+    workers: Sequence[tuple[str, object]], using: str = "default", spare: frozenset[int] = frozenset()
+) -> list[int]:
+    """The slots of ``workers`` (pairs of a worker id and its process) whose worker is mid-job.
+
+    A worker running a job of ``spare`` (job ids) is left out.
+    """
+    runs = unended(using)
+    spared = {run.worker for run in runs if run.job_id in spare}
+    running = {run.worker for run in runs} - spared
     return [slot for slot, (worker_id, _) in enumerate(workers) if worker_id in running]
 
 
