@@ -287,14 +287,14 @@ def complete_arrays_cte(
     return lock.before(*transition_cte(engine, "acked", done, where, [worker_id], returning))
 
 
-# A batch of acks never waits on a row another transaction holds: an operator's
-# cancel of the job, still open, or an enqueue naming it in ``depends_on`` (which
-# holds it ``for_key_share``, so that it cannot finish before that enqueue commits).
-# Each ack's row is locked first, passing over those held; an ack passed over
-# is missing from the acked rows, as a lost claim's is, and the worker tries
-# it again (``worker/completer.py``) while its claim still holds. Waiting there
-# would hold up every other ack and claim of the round for as long as that
-# other transaction stays open.
+# A batch of acks never waits long on a row another transaction holds: an
+# operator's cancel of the job, still open, or an enqueue naming it in
+# ``depends_on`` (which holds it ``for_key_share``, so that it cannot finish
+# before that enqueue commits). Waiting would hold up every other ack and claim
+# of the round for as long as that transaction stays open. Passed over (here,
+# or after a brief wait: ``AckWait``), an ack is missing from the acked rows, as
+# a lost claim's is, and the worker tries it again (``worker/completer.py``)
+# while its claim still holds.
 class AcksLock:
     """The ``WITH`` item that locks a batch of acks' rows, passing over those held, and its ``WHERE`` term.
 
