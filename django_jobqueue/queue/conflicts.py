@@ -42,17 +42,21 @@ P = ParamSpec("P")
 
 def is_conflict(using: str, error: BaseException) -> bool:
     """Whether ``error`` is a deadlock or serialization failure the database of ``using`` reported."""
-    codes = engine_for(connections[using]).conflict_codes
-    cause = error.__cause__
-    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    return code is not None and code in codes
+    code = _sqlstate(error)
+    return code is not None and code in engine_for(connections[using]).conflict_codes
 
 
 def is_lock_timeout(using: str, error: BaseException) -> bool:
     """Whether ``error`` is a lock not granted within the transaction's lock timeout."""
-    code = engine_for(connections[using]).lock_timeout_code
+    code = _sqlstate(error)
+    return code is not None and code == engine_for(connections[using]).lock_timeout_code
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of the driver's error behind Django's (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
     cause = error.__cause__
-    return bool(code) and (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) == code
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return str(code) if code is not None else None
 
 
 def run_retrying(using: str, operation: Callable[[], T]) -> T:

@@ -4,7 +4,7 @@ Every ack is fenced (``tables.Fence``): it names the owner and, where known,
 the claim token it expects, and changes nothing once the claim is no longer
 current. A job that others depend on (``depends_on``) releases them in its
 ack's transaction; a batch of acks passes over the rows another transaction
-holds (``AcksLock``). Claims themselves are ``rounds.py``'s; the other ends
+holds (``tables.RowsLocked``). Claims themselves are ``rounds.py``'s; the other ends
 of a claim (retried, dead, handed back) and its renewals are ``claims.py``'s.
 """
 
@@ -25,9 +25,9 @@ from .tables import (
     BRIEF_LOCK_WAIT,
     HELD_BY,
     JOB,
-    LIVE_JOBS,
     ROWS_PER_STATEMENT,
     Fence,
+    RowsLocked,
     batched,
     cursor_and_engine,
 )
@@ -40,7 +40,7 @@ NO_DEPENDENTS = "NOT has_dependents"
 class AckWait(enum.Enum):
     """How a batch of acks meets a row that another transaction holds.
 
-    ``PASS_OVER`` locks each row first, passing over those held (``AcksLock``):
+    ``PASS_OVER`` locks each row first, passing over those held (``tables.RowsLocked``):
     an extra lock per ack. ``WAIT_BRIEFLY`` (a worker's round outside any
     transaction of the caller's) waits ``BRIEF_LOCK_WAIT`` at most, and the
     database then ends the statement (``conflicts.is_lock_timeout``): the
@@ -259,7 +259,15 @@ def complete_arrays_cte(
     # Unqualified: the acks' columns are id, claim_token and result alone.
     # The caller hands what it leaves out to ``complete_held_back``.
     fence = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
-    lock = AcksLock(engine, ids, worker_id, fence, pass_over=wait is PASS_OVER)
+    # A batch of acks never waits long on a row another transaction holds: an
+    # operator's cancel of the job, still open, or an enqueue naming it in
+    # ``depends_on`` (which holds it ``for_key_share``, so that it cannot finish
+    # before that enqueue commits). Passed over (at once, or after a brief wait:
+    # ``AckWait``), an ack is missing from the acked rows, as a lost claim's is,
+    # and the worker tries it again (``worker/completer.py``) while its claim holds.
+    lock = RowsLocked(
+        engine, "acks_locked", ids, worker_id, fence, engine.skip_locked if wait is PASS_OVER else ""
+    )
     where = f"{JOB}.id = acks.id AND {JOB}.claim_token = acks.claim_token AND {fence}{lock.where}"
     returning = f"{JOB}.id, {JOB}.claim_token" + ("" if plain else f", {JOB}.has_dependents")
     # The acks' ids, read before any row is locked (the unnest is, whatever the plan):
@@ -285,38 +293,3 @@ def complete_arrays_cte(
         carried="acks.result AS ack_result" if moved else "",
     )
     return lock.before(*transition_cte(engine, "acked", done, where, [worker_id], returning))
-
-
-# A batch of acks never waits long on a row another transaction holds: an
-# operator's cancel of the job, still open, or an enqueue naming it in
-# ``depends_on`` (which holds it ``for_key_share``, so that it cannot finish
-# before that enqueue commits). Waiting would hold up every other ack and claim
-# of the round for as long as that transaction stays open. Passed over (here,
-# or after a brief wait: ``AckWait``), an ack is missing from the acked rows, as
-# a lost claim's is, and the worker tries it again (``worker/completer.py``)
-# while its claim still holds.
-class AcksLock:
-    """The ``WITH`` item that locks a batch of acks' rows, passing over those held, and its ``WHERE`` term.
-
-    Nothing unless ``pass_over``, or where the engine has no row locks: there
-    one writer holds the whole database.
-    """
-
-    def __init__(
-        self, engine: Engine, ids: list[int], worker_id: str, fence: str, *, pass_over: bool
-    ) -> None:
-        self.sql, self.params, self.where = "", [], ""
-        if pass_over and engine.skip_locked:
-            table = LIVE_JOBS if engine.finished_jobs_apart else JOB
-            self.sql = (
-                f"acks_locked AS MATERIALIZED (SELECT id FROM {table} AS {JOB} WHERE id = ANY(%s::bigint[]) "
-                f"AND {fence} ORDER BY id {engine.skip_locked})"
-            )
-            self.params = [ids, worker_id]
-            self.where = f" AND {JOB}.id IN (SELECT id FROM acks_locked)"
-
-    def before(self, sql: str, params: list[Any]) -> tuple[str, list[Any]]:
-        """``sql``'s ``WITH`` items (with ``params``) after this one."""
-        if not self.sql:
-            return sql, params
-        return f"{self.sql}, {sql}", [*self.params, *params]

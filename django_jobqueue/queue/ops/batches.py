@@ -190,7 +190,7 @@ def _settle_one(using: str, batch_id: int, *, wait: bool) -> list[int]:
         cursor.execute(f"SELECT id FROM {BATCH} WHERE id = %s {lock}", [batch_id])
         if cursor.fetchone() is None:
             return []
-        take_pending(using, [batch_id])
+        # Its pending counts are added first, whether or not it finishes now.
         return _fire_finished(using, [batch_id])
 
 

@@ -21,6 +21,7 @@ from .tables import (
     JOB,
     ROWS_PER_STATEMENT,
     Fence,
+    RowsLocked,
     batched,
     cursor_and_engine,
     live_jobs,
@@ -217,18 +218,17 @@ def record_progress(
 def _progress_arrays_statement(
     engine: Engine, worker_id: str, chunk: Sequence[tuple[int, int, str]]
 ) -> tuple[str, list[Any]]:
-    # A row another transaction holds (an operator's cancel, still open) is passed over, not
-    # waited on with every other job's report: its report is written at the next pass, or not at all.
-    sql = (
-        f"WITH reported AS MATERIALIZED (SELECT id FROM {live_jobs(engine)} WHERE id = ANY(%s::bigint[]) "
-        f"AND {HELD_BY} ORDER BY id {engine.skip_locked_in_place}) "
+    ids, tokens, values = (list(column) for column in zip(*chunk, strict=True))
+    # A report whose row another transaction holds (an operator's cancel, still open) is
+    # written at the next pass, or not at all, rather than hold up every other job's.
+    lock = RowsLocked(engine, "reported", ids, worker_id, HELD_BY, engine.skip_locked_in_place)
+    return lock.statement(
         f"UPDATE {JOB} SET progress = reports.progress "
         "FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[]) AS reports(id, claim_token, progress) "
         f"WHERE {JOB}.id = reports.id AND {JOB}.claim_token = reports.claim_token "
-        f"AND {HELD_BY} AND {JOB}.id IN (SELECT id FROM reported) RETURNING {JOB}.id, {JOB}.claim_token"
+        f"AND {HELD_BY}{lock.where} RETURNING {JOB}.id, {JOB}.claim_token",
+        [ids, tokens, values, worker_id],
     )
-    ids, tokens, values = (list(column) for column in zip(*chunk, strict=True))
-    return sql, [ids, worker_id, ids, tokens, values, worker_id]
 
 
 def _progress_values_statement(

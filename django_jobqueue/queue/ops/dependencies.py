@@ -110,7 +110,7 @@ def lock_dependencies(using: str, job_ids: Sequence[int]) -> set[int]:
     cursor, engine = cursor_and_engine(using)
     outstanding: set[int] = set()
     for chunk in batched(job_ids, ROWS_PER_STATEMENT):
-        cursor.execute(_outstanding_sql(engine, len(chunk)), list(chunk))
+        cursor.execute(_outstanding_sql(engine, chunk), list(chunk))
         outstanding.update(row[0] for row in cursor.fetchall())
     rest = [job_id for job_id in job_ids if job_id not in outstanding]
     for chunk in batched(rest, ROWS_PER_STATEMENT):
@@ -137,12 +137,12 @@ def lock_dependencies(using: str, job_ids: Sequence[int]) -> set[int]:
     return outstanding
 
 
-def _outstanding_sql(engine: Engine, count: int) -> str:
-    """The statement that locks ``count`` dependencies, live ones in id order, and returns those live.
+def _outstanding_sql(engine: Engine, chunk: Sequence[int]) -> str:
+    """The statement that locks the dependencies ``chunk``, live ones in id order, and returns those live.
 
     In id order, as every enqueue locks them: two enqueues never wait on each other in a circle.
     """
-    live = f"id IN ({', '.join(['%s'] * count)}) AND status IN {UNFINISHED}"
+    live = f"id IN ({marks(chunk)}) AND status IN {UNFINISHED}"
     if engine.for_key_share:
         # Read, not written: the row's lock is a key share, which a claim, a heartbeat or a
         # retry (each an UPDATE that leaves its keys alone) does not wait on (module docstring).

@@ -129,6 +129,45 @@ def cursor_and_engine(using: str) -> tuple[CursorWrapper, Engine]:
     return connection.cursor(), engine_for(connection)
 
 
+class RowsLocked:
+    """A ``WITH`` item that locks the claimed rows of a batch, in id order, passing over those held,
+    and the ``WHERE`` term that keeps a statement to the rows it locked.
+
+    ``name`` names the item; ``fence`` is the claims' condition, whose one
+    parameter is the owner, ``worker_id``; ``lock`` a ``SKIP LOCKED`` clause of
+    the engine's. A batch (of acks, of progress reports) that met a row another
+    transaction holds would otherwise wait on it with every other row of the
+    batch, for as long as that transaction stays open. With ``lock`` empty
+    there is neither item nor term: the caller waits instead, or the engine
+    has no row locks, one writer holding the whole database.
+    """
+
+    def __init__(
+        self, engine: Engine, name: str, ids: Sequence[int], worker_id: str, fence: str, lock: str
+    ) -> None:
+        self.sql, self.where = "", ""
+        self.params: list[Any] = []
+        if lock:
+            self.sql = (
+                f"{name} AS MATERIALIZED (SELECT id FROM {live_jobs(engine)} WHERE id = ANY(%s::bigint[]) "
+                f"AND {fence} ORDER BY id {lock})"
+            )
+            self.params = [list(ids), worker_id]
+            self.where = f" AND {JOB}.id IN (SELECT id FROM {name})"
+
+    def before(self, sql: str, params: list[Any]) -> tuple[str, list[Any]]:
+        """``sql``'s ``WITH`` items (with ``params``) after this one."""
+        if not self.sql:
+            return sql, params
+        return f"{self.sql}, {sql}", [*self.params, *params]
+
+    def statement(self, sql: str, params: list[Any]) -> tuple[str, list[Any]]:
+        """The statement ``sql`` (with ``params``), this item's ``WITH`` first."""
+        if not self.sql:
+            return sql, params
+        return f"WITH {self.sql} {sql}", [*self.params, *params]
+
+
 def insert_rows(using: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Insert ``rows`` (each the values of ``columns``) into ``table``, ``ROWS_PER_STATEMENT`` a statement."""
     cursor, _ = cursor_and_engine(using)
