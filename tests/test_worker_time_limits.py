@@ -169,7 +169,14 @@ def test_a_thread_stuck_in_a_sleep_is_given_up_after_the_grace_and_keeps_its_slo
     assert interrupted["error"] == "JobTimeout"
     assert interrupted["time"] - start["time"] >= nap_seconds
     assert waited["time"] >= interrupted["time"]
-    worker.wait_for_log(rf"job workers\.nap id={napper.pk} attempt=1: its thread returned \S+s after")
+    # Given up at deadline + grace (2 s in), the thread returned when its 4 s sleep did.
+    returned = worker.wait_for_log(
+        rf"job workers\.nap id={napper.pk} attempt=1: its thread returned (\S+)s after the attempt was "
+        r"given up \((\S+)s after it started\)"
+    )
+    after_give_up, after_start = float(returned[1]), float(returned[2])
+    assert nap_seconds - 0.1 <= after_start < nap_seconds + SLACK, returned[0]
+    assert nap_seconds - 2 - SLACK <= after_give_up <= after_start - 2 + 0.1, returned[0]
     wait_until(lambda: Job.objects.filter(pk=waiting.pk, status="done").exists(), 5, "the waiting job done")
     assert DeadLetter.objects.filter(job_id=napper.pk).count() == 1, "written once"
 

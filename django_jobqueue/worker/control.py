@@ -81,6 +81,7 @@ class RunControl:
         self.forced = False
         # Who wrote the outcome: "" while nobody has, "slot", or "watchdog" for a thread given up.
         self.settled_by = ""
+        self.settled_at = 0.0  # when, on the monotonic clock
         self.outcome = Outcome.PENDING  # what the watchdog wrote, when it gave the attempt up
         # What the job reported through ctx.progress(), from its first report on (progress.py).
         self.progress: PendingProgress | None = None
@@ -135,6 +136,7 @@ class RunControl:
             first = not self.settled_by
             if first:
                 self.settled_by = by
+                self.settled_at = time.monotonic()
             return first, self.reason
 
 

@@ -234,13 +234,16 @@ class Executor:
     def _finish(self, job: Job, control: RunControl, attempt: Attempt, queried: bool) -> Outcome:
         """Write what ``attempt`` came to, unless the job was stopped for a reason that decides it."""
         first, reason = control.settle("slot")
-        duration = time.monotonic() - control.started
+        now = time.monotonic()
+        duration = now - control.started
         if not first:
             logger.warning(
-                "job %s id=%s attempt=%s: its thread returned %.3fs after the attempt was given up",
+                "job %s id=%s attempt=%s: its thread returned %.3fs after the attempt was given up "
+                "(%.3fs after it started)",
                 job.name,
                 job.pk,
                 job.attempts,
+                now - control.settled_at,
                 duration,
             )
             return control.outcome
