@@ -6,12 +6,13 @@ import logging
 import os
 import socket
 import sys
-from argparse import ArgumentParser, ArgumentTypeError
+from argparse import Action, ArgumentParser, ArgumentTypeError
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
 from ...checks import synchronous_commit_errors
 from ...conf import jobqueue_settings
@@ -291,7 +292,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        config = self.config(options)
+        config = self.config(self.parsed(options))
+        refuse_an_open_transaction(config.using)
         # call_command(stderr=...) hands its stream over; from a shell it is the process's own.
         stream = options.get("stderr") or sys.stderr
         with console_logging(stream, options["verbosity"], options.get("log_format") or "text"):
@@ -324,6 +326,27 @@ class Command(BaseCommand):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+
+    def parsed(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` with each of this command's own values read as its argument type reads it.
+
+        ``call_command("runworker", queue=["emails"], poll_interval="0.5")``
+        hands the values over as given, past the parser; from the command line
+        they were parsed already, and reading a parsed value again gives it
+        back. A value the option does not take is refused with its name.
+        """
+        parser = ArgumentParser(add_help=False)
+        self.add_arguments(parser)
+        result = dict(options)
+        for action in parser._actions:
+            value = options.get(action.dest)
+            if value is None:
+                continue
+            try:
+                result[action.dest] = keyword_value(action, value)
+            except (ArgumentTypeError, ValueError) as exc:
+                raise CommandError(f"{max(action.option_strings, key=len)}: {exc}") from None
+        return result
 
     def config(self, options: dict[str, Any]) -> WorkerConfig:
         using = options["database"] or jobqueue_settings.DATABASE
@@ -372,16 +395,54 @@ class Command(BaseCommand):
     @staticmethod
     def slot_range(options: dict[str, Any], pool: str = "threads") -> SlotRange:
         """``--concurrency`` as a range; refuse the resize options without one to apply them to."""
-        slots = options.get("concurrency")
-        if slots is None:
-            slots = default_slots(pool)
-        elif not isinstance(slots, SlotRange):  # call_command(concurrency=4) skips the parser
-            try:
-                slots = concurrency(str(slots))
-            except ArgumentTypeError as exc:
-                raise CommandError(f"--concurrency: {exc}") from None
+        slots: SlotRange = options.get("concurrency") or default_slots(pool)
         resizing = [option for option in ("resize_interval", "shrink_after") if options.get(option)]
         if resizing and slots.fixed:
             names = " and ".join(f"--{option.replace('_', '-')}" for option in resizing)
             raise CommandError(f"{names} need --concurrency MIN:MAX with MIN below MAX")
         return slots
+
+
+def keyword_value(action: Action, value: Any) -> Any:
+    """``value`` of ``action``'s option, read as the command line reads it; ValueError if it cannot be."""
+    if action.nargs == 0:  # a flag: --burst, --no-schedules
+        if not isinstance(value, bool):
+            raise ValueError(f"must be True or False, got {value!r}")
+        return value
+    if action.type is queue_and_weight:  # --queue, given again for each queue
+        queues = [value] if isinstance(value, str | tuple) else value
+        if not isinstance(queues, list):
+            raise ValueError(f"must be a list of queue names (such as ['emails', 'sms:2']), got {value!r}")
+        return [one_value(action, queue) for queue in queues]
+    return one_value(action, value)
+
+
+def one_value(action: Action, value: Any) -> Any:
+    if isinstance(value, tuple) and action.type is queue_and_weight and len(value) == 2:
+        value = f"{value[0]}:{value[1]}"  # (name, weight), as the parser gives it
+    elif isinstance(value, SlotRange) and action.type is concurrency:
+        value = f"{value.minimum}:{value.maximum}"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"must be text or a number, got {value!r}")
+    text = str(value)
+    parsed = action.type(text) if callable(action.type) else text
+    if action.choices is not None and parsed not in action.choices:
+        raise ValueError(f"must be one of {', '.join(map(str, action.choices))}, got {value!r}")
+    return parsed
+
+
+def refuse_an_open_transaction(using: str) -> None:
+    """Refuse to run inside a transaction of the caller's that holds the queue's connection.
+
+    The worker's slots query on connections of their own, which cannot see
+    what that transaction wrote before it commits (a ``django.test.TestCase``'s
+    jobs, rolled back at its end), and on SQLite would wait on its write lock.
+    """
+    if connections[using].in_atomic_block:
+        raise CommandError(
+            f"runworker cannot run inside an open transaction on database {using!r} (such as a "
+            "django.test.TestCase's, or pytest-django's db fixture's): its slots use connections of "
+            "their own, which do not see the jobs that transaction enqueued, and on SQLite would wait "
+            "on its lock. In a test, use django.test.TransactionTestCase (pytest: "
+            "@pytest.mark.django_db(transaction=True)), whose jobs are committed where a worker sees them."
+        )
