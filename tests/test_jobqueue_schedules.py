@@ -162,10 +162,18 @@ def test_paused_shows_after_pause(declared):
     assert book.pause(["nightly-report"]) == ["nightly-report"]
     entries = listed()
     assert (entries["nightly-report"]["paused"], entries["tests.sched.ping"]["paused"]) == (True, False)
-    paused = {line.split()[0]: line.split()[-1] for line in run("schedules").splitlines()[1:] if line}
-    assert paused == {"nightly-report": "yes", "tests.sched.ping": "no"}
+    lines = {line.split()[0]: line for line in run("schedules").splitlines()[1:] if line}
+    assert {name: line.split()[-1] for name, line in lines.items()} == {
+        "nightly-report": "yes",
+        "tests.sched.ping": "no",
+    }
+    # A paused schedule has no next fire time until it is resumed: the admin's meaning too.
+    assert entries["nightly-report"]["next_fire_at"] is None
+    assert entries["tests.sched.ping"]["next_fire_at"] is not None
+    assert "Europe/Amsterdam  paused " in lines["nightly-report"], lines["nightly-report"]
     book.resume(["nightly-report"])
     assert listed()["nightly-report"]["paused"] is False
+    assert listed()["nightly-report"]["next_fire_at"] is not None
 
 
 def stored() -> list[tuple[Any, ...]]:

@@ -250,13 +250,15 @@ class ScheduleBook:
         for schedule in schedules:
             row = rows.get(schedule.name)
             current = row is not None and row.signature == schedule.signature
+            paused = bool(row is not None and row.paused and current)
             states.append(
                 ScheduleState(
                     schedule=schedule,
-                    next_fire_at=schedule.next_after(now),
+                    # A paused schedule fires at no time until it is resumed, as the admin says.
+                    next_fire_at=None if paused else schedule.next_after(now),
                     last_fire_at=ops.as_utc(row.last_fire_at) if row is not None else None,
                     last_job_id=row.last_job_id if row is not None else None,
-                    paused=bool(row is not None and row.paused and current),
+                    paused=paused,
                     row_id=row.pk if row is not None else None,
                 )
             )

@@ -149,7 +149,7 @@ def schedule_row(state: ScheduleState, now: datetime) -> tuple[str, ...]:
         schedule.job,
         when,
         schedule.timezone if schedule.cron is not None else "—",
-        moment(state.next_fire_at, now),
+        "paused" if state.paused else moment(state.next_fire_at, now),
         moment(state.last_fire_at, now),
         "yes" if state.paused else "no",
     )
