@@ -11,10 +11,11 @@ from django.utils.safestring import SafeString
 
 from ..models import Batch, Job
 from ..queue import QueueClient
+from .base import TitledAdmin
 from .display import EMPTY, timestamp
 
 
-class BatchAdmin(admin.ModelAdmin):
+class BatchAdmin(TitledAdmin):
     """``batch()``'s rows: how far each batch is, and the callback it enqueued once finished."""
 
     list_display = (

@@ -26,6 +26,7 @@ from ..models import QueueState, Worker
 from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
+from .base import TitledAdmin
 from .display import EMPTY, pill, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
@@ -206,7 +207,7 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
     }
 
 
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(TitledAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
     list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started", "heartbeat")

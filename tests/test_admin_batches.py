@@ -1,0 +1,160 @@
+"""The admin's way around a batch, and the values a worker's and a dead letter's page show.
+
+A batch's page links its jobs (all, and per state) and its dead letters; each
+link opens the job or dead letter list filtered by the batch, a filter the
+list names in its title and the operator can clear. A job's and a dead
+letter's page link their batch. A worker started with ``--concurrency
+MIN:MAX`` shows its range beside its slots; a dead letter's page shows the
+progress its job last reported. Rows are made the real way, through
+``batch()`` and ``QueueClient``, on committed transactions.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from django_jobqueue import QueueClient, batch
+from django_jobqueue.models import Batch, DeadLetter, Job
+from django_jobqueue.queue import engine_for
+from tests import jobs_for_workers  # noqa: F401 - registers workers.batch_part and workers.batch_done
+
+PART, DONE = "workers.batch_part", "workers.batch_done"
+WORKER = "w1"
+JOBS = reverse("admin:django_jobqueue_job_changelist")
+DEAD = reverse("admin:django_jobqueue_deadletter_changelist")
+BATCHES = reverse("admin:django_jobqueue_batch_changelist")
+OVERVIEW = reverse("admin:django_jobqueue_queueoverview_changelist")
+WORKERS = reverse("admin:django_jobqueue_worker_changelist")
+
+
+def batch_url(batch_id: int) -> str:
+    return reverse("admin:django_jobqueue_batch_change", args=[batch_id])
+
+
+def text(response: Any) -> str:
+    assert response.status_code == 200, response
+    return response.content.decode()
+
+
+def links(page: str) -> dict[str, str]:
+    """Each link's text (tags left out) -> its address, as a browser reads them."""
+    found = re.findall(r'<a\b[^>]*\bhref="([^"]*)"[^>]*>(.*?)</a>', page, flags=re.S)
+    return {
+        html.unescape(re.sub(r"<[^>]+>", "", label)).strip(): html.unescape(href) for href, label in found
+    }
+
+
+def listed(page: str) -> set[int]:
+    """The ids of the rows a list shows (each row's action checkbox)."""
+    return {int(pk) for pk in re.findall(r'name="_selected_action" value="(\d+)"', page)}
+
+
+def heading(page: str) -> str:
+    match = re.search(r"<h1>(.*?)</h1>", page, flags=re.S)
+    assert match, "the page has a title"
+    return html.unescape(match.group(1)).strip()
+
+
+def readonly(page: str, field: str) -> str:
+    """What a detail page shows for ``field``: its first read-only value."""
+    after = page.split(f"field-{field}", 1)
+    assert len(after) == 2, f"the page has a field {field}"
+    match = re.search(r'<div class="readonly">(.*?)</div>', after[1], flags=re.S)
+    assert match is not None
+    return match.group(1).strip()
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+@dataclass
+class Seeded:
+    first: Batch
+    second: Batch
+    jobs: dict[str, int]  # the first batch's job rows, by state
+    dead: list[int]  # the first batch's dead letters
+    others: set[int]  # every job row that is not the first batch's
+    loose: int  # a job of no batch
+    progress_letter: int  # a dead letter of the first batch whose job reported progress
+
+
+@pytest.fixture
+def seeded(queue: QueueClient) -> Seeded:
+    """Two batches on one queue and a job of none; the first batch's jobs in every state."""
+    with batch(on_finish=DONE, payload={"path": "-"}) as first:
+        mine = [queue.push(PART, {"path": "-", "n": n}, queue="parts") for n in range(6)]
+        waiting = queue.push(PART, {"path": "-", "n": 6}, queue="parts", depends_on=[mine[5]])
+    with batch(on_finish=DONE, payload={"path": "-"}) as second:
+        theirs = [queue.push(PART, {"path": "-", "n": n}, queue="parts") for n in range(2)]
+    loose = queue.push(PART, {"path": "-", "n": 99}, queue="parts")
+    claimed = {job.pk: job for job in queue.pull_many("parts", worker_id=WORKER, limit=100)}
+    assert len(claimed) == 9
+
+    assert queue.ack(claimed[mine[0].pk], worker_id=WORKER)
+    report = {"current": 7, "total": 10, "message": "row 7 of 10"}
+    assert queue.record_progress([(claimed[mine[1].pk], report)], worker_id=WORKER)
+    assert queue.fail(claimed[mine[1].pk], worker_id=WORKER, error="ImportError: row 7 is malformed")
+    assert queue.fail(claimed[mine[2].pk], worker_id=WORKER, error="ImportError: row 3 is malformed")
+    assert queue.cancel(mine[4])
+    assert queue.release(claimed[mine[5].pk], worker_id=WORKER)
+    assert queue.fail(claimed[theirs[0].pk], worker_id=WORKER, error="no")
+    assert queue.ack(claimed[theirs[1].pk], worker_id=WORKER)
+    assert queue.release(claimed[loose.pk], worker_id=WORKER)
+
+    jobs = {
+        "done": mine[0].pk,
+        "running": mine[3].pk,
+        "cancelled": mine[4].pk,
+        "ready": mine[5].pk,
+        "waiting": waiting.pk,
+    }
+    rows = Job.objects.filter(batch_id=first.id).values_list("pk", "status")
+    assert dict(rows) == {pk: status for status, pk in jobs.items()}
+    dead = sorted(DeadLetter.objects.filter(job_id__in=[mine[1].pk, mine[2].pk]).values_list("pk", flat=True))
+    assert len(dead) == 2 and DeadLetter.objects.filter(batch_id=second.id).count() == 1
+    others = set(Job.objects.exclude(pk__in=jobs.values()).values_list("pk", flat=True))
+    assert loose.pk in others and len(others) == 3, "the second batch's done job, its callback, the loose one"
+    return Seeded(
+        first=Batch.objects.get(pk=first.id),
+        second=Batch.objects.get(pk=second.id),
+        jobs=jobs,
+        dead=dead,
+        others=others,
+        loose=loose.pk,
+        progress_letter=DeadLetter.objects.get(job_id=mine[1].pk).pk,
+    )
+
+
+# -- the batch list and a batch's page -------------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "title"), [(BATCHES, "Batches"), (WORKERS, "Workers")])
+def test_the_read_only_lists_have_titles_of_their_own(operator: Client, seeded: Seeded, url: str, title: str):
+    """As the job list is "Jobs": not Django's "Select batch to view", nothing here is edited."""
+    page = text(operator.get(url))
+    assert heading(page) == title
+    assert "Select" not in page.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    assert f"<title>{title} |" in page
+
+
+# -- a worker's slots --------------------------------------------------------------------
+
+
+def insert_as_the_release_before(worker_id: str, concurrency: int) -> None:
+    """A worker row as a worker of the release before registers it: without the range's columns."""
+    now = engine_for(connection).now
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_jobqueue_worker (worker_id, hostname, pid, queues, concurrency, "
+            f"started_at, last_heartbeat) VALUES (%s, %s, %s, %s, %s, {now}, {now})",
+            [worker_id, "web-3", 13, "[]", concurrency],
+        )
