@@ -146,6 +146,82 @@ def test_the_read_only_lists_have_titles_of_their_own(operator: Client, seeded: 
     assert f"<title>{title} |" in page
 
 
+# -- the job and dead letter lists, filtered by batch ------------------------------------
+
+
+def test_the_job_list_filtered_by_batch_names_it_and_can_be_cleared(operator: Client, seeded: Seeded):
+    batch_id = seeded.first.id
+    response = operator.get(JOBS, {"batch": batch_id})
+    page = text(response)
+    assert heading(page) == f"Jobs of batch #{batch_id}"
+    assert listed(page) == set(seeded.jobs.values())
+    changelist = response.context["cl"]
+    assert changelist.has_active_filters
+    [spec] = [spec for spec in changelist.filter_specs if spec.title == "batch"]
+    choices = list(spec.choices(changelist))
+    [chosen] = [choice for choice in choices if choice["selected"]]
+    assert chosen["display"] == f"#{batch_id} {DONE}"
+    assert f"#{batch_id} {DONE}" in page, "the sidebar names the batch"
+    assert "Clear all filters" in page
+
+    # Clearing the batch's filter lists every job again, under the list's own title.
+    [every] = [choice for choice in choices if choice["display"] == "All"]
+    cleared = text(operator.get(JOBS + every["query_string"]))
+    assert listed(cleared) == set(seeded.jobs.values()) | seeded.others
+    assert heading(cleared) == "Jobs"
+
+
+def test_the_batch_filter_goes_with_the_other_filters(operator: Client, seeded: Seeded):
+    batch_id = seeded.first.id
+    page = text(operator.get(JOBS, {"batch": batch_id, "status": "ready", "queue": "parts"}))
+    assert listed(page) == {seeded.jobs["ready"]}
+    assert heading(page) == f"Jobs of batch #{batch_id}"
+    assert listed(text(operator.get(JOBS, {"batch": seeded.second.id}))) == set(
+        Job.objects.filter(batch_id=seeded.second.id).values_list("pk", flat=True)
+    )
+
+
+def test_the_dead_letter_list_filtered_by_batch_names_it_and_can_be_cleared(operator: Client, seeded: Seeded):
+    batch_id = seeded.first.id
+    response = operator.get(DEAD, {"batch": batch_id})
+    page = text(response)
+    assert heading(page) == f"Dead letters of batch #{batch_id}"
+    assert listed(page) == set(seeded.dead)
+    changelist = response.context["cl"]
+    [spec] = [spec for spec in changelist.filter_specs if spec.title == "batch"]
+    [every] = [choice for choice in spec.choices(changelist) if choice["display"] == "All"]
+    assert listed(text(operator.get(DEAD + every["query_string"]))) == set(
+        DeadLetter.objects.values_list("pk", flat=True)
+    )
+
+
+def test_retry_all_matching_names_the_batch_it_retries(operator: Client, seeded: Seeded):
+    url = reverse("admin:django_jobqueue_deadletter_retry_matching") + f"?batch={seeded.first.id}"
+    page = text(operator.get(url))
+    assert f"batch: #{seeded.first.id} {DONE}" in page
+    operator.post(url, {"post": "yes"})
+    assert not DeadLetter.objects.filter(batch_id=seeded.first.id).exists()
+    assert DeadLetter.objects.filter(batch_id=seeded.second.id).count() == 1, "the other batch's is left"
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-1", "1.5", "99999999999999999999"])
+def test_a_batch_value_that_cannot_be_one_empties_the_list_with_a_message(
+    operator: Client, seeded: Seeded, value: str
+):
+    for url in (JOBS, DEAD):
+        response = operator.get(url, {"batch": value}, follow=True)
+        assert response.status_code == 200
+        assert listed(text(response)) == set()
+        assert f"“{value}” is not a batch this list can show." in messages_of(response)
+
+
+def test_a_batch_with_no_row_lists_nothing(operator: Client, seeded: Seeded):
+    gone = seeded.second.id + 1000
+    page = text(operator.get(JOBS, {"batch": gone}))
+    assert listed(page) == set()
+    assert heading(page) == f"Jobs of batch #{gone}"
+
+
 # -- a worker's slots --------------------------------------------------------------------
 
 

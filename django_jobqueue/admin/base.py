@@ -207,6 +207,11 @@ class OperatorAdmin(TitledAdmin):
         cleaned = self.clean_query_string(request)
         if cleaned is not None:
             return cleaned
+        # Filtered by a batch (the links of a batch's page), the list says whose rows it shows.
+        batch_id = parse_id(request.GET.get("batch", "")) if "batch" in self.filter_params else None
+        if batch_id is not None:
+            title = f"{capfirst(self.opts.verbose_name_plural)} of batch #{batch_id}"
+            extra_context = {"title": title, **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
     def clean_query_string(self, request: HttpRequest) -> HttpResponse | None:

@@ -38,7 +38,7 @@ from .display import (
     timestamp,
     with_relative,
 )
-from .filters import FailedFilter, NameFilter, QueueFilter
+from .filters import BatchFilter, FailedFilter, NameFilter, QueueFilter
 from .jobs import plural
 
 # A confirmation counts this far, then says "more than".
@@ -58,8 +58,8 @@ class DeadLetterAdmin(OperatorAdmin):
     )
     list_display_links = ("id", "letter_name")
     sortable_by = ("id",)
-    list_filter = (QueueFilter, NameFilter, FailedFilter)
-    filter_params = frozenset({"queue", "name", "failed"})
+    list_filter = (BatchFilter, QueueFilter, NameFilter, FailedFilter)
+    filter_params = frozenset({"queue", "name", "failed", "batch"})
     search_fields = ("name",)
     search_help_text = "A dead letter's id, the failed job's id or a job name, exactly."
     # Newest failure first: (failed_at), (queue, failed_at) or (name, failed_at) read backwards.

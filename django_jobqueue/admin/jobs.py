@@ -43,7 +43,7 @@ from .display import (
     timestamp,
     with_relative,
 )
-from .filters import NameFilter, QueueFilter, StatusFilter
+from .filters import BatchFilter, NameFilter, QueueFilter, StatusFilter
 
 RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
 CANCELLABLE = (*LIVE_STATUSES, JobStatus.WAITING)
@@ -98,8 +98,8 @@ class JobAdmin(OperatorAdmin):
     list_display_links = ("id", "job_name")
     # Columns are methods, so that a crafted ?o= cannot sort a million rows by an unindexed column.
     sortable_by = ("id",)
-    list_filter = (StatusFilter, QueueFilter, NameFilter)
-    filter_params = frozenset({"status", "queue", "name"})
+    list_filter = (BatchFilter, StatusFilter, QueueFilter, NameFilter)
+    filter_params = frozenset({"status", "queue", "name", "batch"})
     # Shows the search box; search_filter() decides what a term matches.
     search_fields = ("name",)
     search_help_text = (
