@@ -146,6 +146,40 @@ def test_the_read_only_lists_have_titles_of_their_own(operator: Client, seeded: 
     assert f"<title>{title} |" in page
 
 
+def test_a_batch_page_links_its_jobs_per_state_and_its_dead_letters(operator: Client, seeded: Seeded):
+    batch_id = seeded.first.id
+    found = links(text(operator.get(batch_url(batch_id))))
+    assert found["5 jobs"] == f"{JOBS}?batch={batch_id}"
+    for state in ("ready", "running", "waiting", "done", "cancelled"):
+        assert found[f"1 {state}"] == f"{JOBS}?batch={batch_id}&status={state}", state
+    assert found["2 dead letters"] == f"{DEAD}?batch={batch_id}"
+
+    # Each link opens a list of exactly what it counted.
+    jobs_page = text(operator.get(found["5 jobs"]))
+    assert listed(jobs_page) == set(seeded.jobs.values())
+    assert "5 jobs" in jobs_page
+    for state, pk in seeded.jobs.items():
+        assert listed(text(operator.get(found[f"1 {state}"]))) == {pk}, state
+    assert listed(text(operator.get(found["2 dead letters"]))) == set(seeded.dead)
+
+
+def test_a_batch_page_counts_a_waiting_job_as_live(operator: Client, seeded: Seeded):
+    """The batch has not finished while a job of it waits on its dependencies: it is live."""
+    page = text(operator.get(batch_url(seeded.first.id)))
+    assert readonly(page, "outstanding") == "3", "ready, running and waiting"
+
+
+def test_a_finished_batch_says_how_many_of_its_jobs_are_no_longer_kept(operator: Client, seeded: Seeded):
+    """The second batch: one job done and pruned, one dead letter; its page counts what is left."""
+    Job.objects.filter(batch_id=seeded.second.id, status="done").delete()  # as the prune does
+    found = links(page := text(operator.get(batch_url(seeded.second.id))))
+    assert "1 dead letter" in found
+    assert "1 more is no longer kept" in page
+    assert listed(text(operator.get(found["1 dead letter"]))) == set(
+        DeadLetter.objects.filter(batch_id=seeded.second.id).values_list("pk", flat=True)
+    )
+
+
 # -- the job and dead letter lists, filtered by batch ------------------------------------
 
 
