@@ -256,6 +256,24 @@ def test_a_batch_with_no_row_lists_nothing(operator: Client, seeded: Seeded):
     assert heading(page) == f"Jobs of batch #{gone}"
 
 
+# -- a job's and a dead letter's page --------------------------------------------------
+
+
+def test_a_jobs_page_links_its_batch(operator: Client, seeded: Seeded):
+    batch_id = seeded.first.id
+    found = links(text(operator.get(reverse("admin:django_jobqueue_job_change", args=[seeded.jobs["done"]]))))
+    assert found[f"#{batch_id} {DONE}"] == batch_url(batch_id)
+    page = text(operator.get(reverse("admin:django_jobqueue_job_change", args=[seeded.loose])))
+    assert batch_url(batch_id) not in page
+    assert readonly(page, "batch_link") == "—"
+
+
+def test_a_dead_letters_page_links_its_batch(operator: Client, seeded: Seeded):
+    batch_id = seeded.first.id
+    page = text(operator.get(reverse("admin:django_jobqueue_deadletter_change", args=[seeded.dead[0]])))
+    assert links(page)[f"#{batch_id} {DONE}"] == batch_url(batch_id)
+
+
 # -- a worker's slots --------------------------------------------------------------------
 
 

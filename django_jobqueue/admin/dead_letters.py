@@ -31,6 +31,7 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    linked_batch,
     preformatted,
     pretty_payload,
     seconds,
@@ -78,6 +79,7 @@ class DeadLetterAdmin(OperatorAdmin):
                     "attempts_of_max",
                     "key_for_concurrency",
                     "limit_for_concurrency",
+                    "batch_link",
                 )
             },
         ),
@@ -133,6 +135,10 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.display(description="concurrency limit")
     def limit_for_concurrency(self, letter: DeadLetter) -> str:
         return concurrency_limit(letter.concurrency_limit)
+
+    @admin.display(description="batch")
+    def batch_link(self, letter: DeadLetter) -> SafeString | str:
+        return linked_batch(letter.batch_id, self.client().using, self.admin_site.name)
 
     @admin.display(description="error")
     def error_summary(self, letter: DeadLetter) -> SafeString | str:

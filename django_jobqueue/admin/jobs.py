@@ -32,6 +32,7 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    linked_batch,
     pill,
     preformatted,
     pretty_json,
@@ -122,6 +123,7 @@ class JobAdmin(OperatorAdmin):
                     "unique_key",
                     "key_for_concurrency",
                     "limit_for_concurrency",
+                    "batch_link",
                 )
             },
         ),
@@ -218,6 +220,10 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="concurrency limit")
     def limit_for_concurrency(self, job: Job) -> str:
         return concurrency_limit(job.concurrency_limit)
+
+    @admin.display(description="batch")
+    def batch_link(self, job: Job) -> SafeString | str:
+        return linked_batch(job.batch_id, self.client().using, self.admin_site.name)
 
     @admin.display(description="claim deadline")
     def claim_deadline(self, job: Job) -> SafeString | str:
