@@ -274,6 +274,17 @@ def test_a_dead_letters_page_links_its_batch(operator: Client, seeded: Seeded):
     assert links(page)[f"#{batch_id} {DONE}"] == batch_url(batch_id)
 
 
+def test_a_dead_letters_page_shows_the_progress_its_job_reported(operator: Client, seeded: Seeded):
+    url = reverse("admin:django_jobqueue_deadletter_change", args=[seeded.progress_letter])
+    page = text(operator.get(url))
+    assert '<progress class="jq-progress" max="10" value="7"' in page
+    assert ">7 / 10 (70%) — row 7 of 10<" in page
+    assert "As its last attempt reported it." in page
+    other = [pk for pk in seeded.dead if pk != seeded.progress_letter]
+    without = text(operator.get(reverse("admin:django_jobqueue_deadletter_change", args=other)))
+    assert "jq-progress" not in without.replace("jq-progress-", "")
+
+
 # -- a worker's slots --------------------------------------------------------------------
 
 
