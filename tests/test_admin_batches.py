@@ -22,7 +22,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_jobqueue import QueueClient, batch
-from django_jobqueue.models import Batch, DeadLetter, Job
+from django_jobqueue.models import Batch, DeadLetter, Job, Worker
 from django_jobqueue.queue import engine_for
 from tests import jobs_for_workers  # noqa: F401 - registers workers.batch_part and workers.batch_done
 
@@ -297,3 +297,41 @@ def insert_as_the_release_before(worker_id: str, concurrency: int) -> None:
             f"started_at, last_heartbeat) VALUES (%s, %s, %s, %s, %s, {now}, {now})",
             [worker_id, "web-3", 13, "[]", concurrency],
         )
+
+
+def test_a_workers_slot_range_shows_beside_its_slots(operator: Client, queue: QueueClient):
+    queue.register_worker(
+        "elastic", hostname="web-1", pid=11, queues=[], concurrency=2, concurrency_range=(2, 8)
+    )
+    assert queue.resize_worker("elastic", 4)
+    queue.register_worker("fixed", hostname="web-2", pid=12, queues=["sms"], concurrency=3)
+    insert_as_the_release_before("older", 5)
+
+    overview = text(operator.get(OVERVIEW))
+    assert '<td class="jq-num">4 (range 2–8)</td>' in overview
+    assert '<td class="jq-num">3</td>' in overview and '<td class="jq-num">5</td>' in overview
+    workers = text(operator.get(WORKERS))
+    assert re.search(r'field-slots">4 \(range 2–8\)<', workers)
+    assert re.search(r'field-slots">3<', workers) and re.search(r'field-slots">5<', workers)
+    elastic = Worker.objects.get(worker_id="elastic")
+    page = text(operator.get(reverse("admin:django_jobqueue_worker_change", args=[elastic.pk])))
+    assert readonly(page, "slots") == "4 (range 2–8)"
+
+
+def test_a_worker_taking_over_a_row_writes_its_own_range(queue: QueueClient):
+    """A new worker registering under the id of an older one's stale row: the range is its own."""
+    insert_as_the_release_before("w", 5)
+    Worker.objects.filter(worker_id="w").update(hostname="web-9", pid=99)
+    queue.register_worker("w", hostname="web-9", pid=99, queues=[], concurrency=1, concurrency_range=(1, 4))
+    row = Worker.objects.get(worker_id="w")
+    assert (row.concurrency, row.min_concurrency, row.max_concurrency) == (1, 1, 4)
+    queue.register_worker("w", hostname="web-9", pid=99, queues=[], concurrency=6)
+    row = Worker.objects.get(worker_id="w")
+    assert (row.concurrency, row.min_concurrency, row.max_concurrency) == (6, None, None)
+
+
+@pytest.mark.parametrize("bounds", [(0, 4), (5, 4), (1, True), ("1", 4)])
+def test_a_bad_range_is_refused_before_anything_is_written(queue: QueueClient, bounds: Any):
+    with pytest.raises(ValueError, match="concurrency_range"):
+        queue.register_worker("w", hostname="h", pid=1, queues=[], concurrency=1, concurrency_range=bounds)
+    assert not Worker.objects.exists()

@@ -131,6 +131,18 @@ def linked_batch(batch_id: int | None, using: str, site_name: str) -> SafeString
     return format_html('<a href="{}">#{} {}</a> ({})', url, batch_id, on_finish, state)
 
 
+def slots(concurrency: int, minimum: int | None, maximum: int | None) -> str:
+    """A worker's slots: ``4``; started with ``--concurrency 2:8``, ``4 (range 2–8)``.
+
+    A range that does not hold the count is not this worker's: a worker of a
+    release before the range's columns took over the row of a newer one of
+    its id, and left them. Its count is shown alone.
+    """
+    if minimum is None or maximum is None or minimum == maximum or not minimum <= concurrency <= maximum:
+        return f"{concurrency:,}"
+    return f"{concurrency:,} (range {minimum:,}–{maximum:,})"
+
+
 def cut(text: str | None) -> SafeString | str:
     """A list cell's text, cut to the column's width by CSS, whole in its tooltip."""
     if not text:

@@ -27,7 +27,7 @@ from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
 from .base import TitledAdmin
-from .display import EMPTY, pill, timestamp, with_relative
+from .display import EMPTY, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -210,7 +210,7 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
 class WorkerAdmin(TitledAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
-    list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started", "heartbeat")
+    list_display = ("worker_id", "hostname", "pid", "serves", "slots", "started", "heartbeat")
     # The detail page shows the same values the same way (Django's own would write
     # an empty queue list as "-" and dates in another format).
     fields = list_display
@@ -239,6 +239,10 @@ class WorkerAdmin(TitledAdmin):
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:
         return ", ".join(worker.queues) if worker.queues else "every queue"
+
+    @admin.display(description="concurrency")
+    def slots(self, worker: Worker) -> str:
+        return slots(worker.concurrency, worker.min_concurrency, worker.max_concurrency)
 
     @admin.display(description="started at")
     def started(self, worker: Worker) -> str:
