@@ -330,6 +330,14 @@ def test_a_worker_taking_over_a_row_writes_its_own_range(queue: QueueClient):
     assert (row.concurrency, row.min_concurrency, row.max_concurrency) == (6, None, None)
 
 
+def test_a_range_that_does_not_hold_the_slots_is_left_out(operator: Client, queue: QueueClient):
+    """A worker of the release before took over a newer worker's row: the range left there is not its."""
+    queue.register_worker("w", hostname="web-1", pid=11, queues=[], concurrency=2, concurrency_range=(2, 8))
+    Worker.objects.filter(worker_id="w").update(concurrency=12)  # its registration writes the count alone
+    assert re.search(r'field-slots">12<', text(operator.get(WORKERS)))
+    assert '<td class="jq-num">12</td>' in text(operator.get(OVERVIEW))
+
+
 @pytest.mark.parametrize("bounds", [(0, 4), (5, 4), (1, True), ("1", 4)])
 def test_a_bad_range_is_refused_before_anything_is_written(queue: QueueClient, bounds: Any):
     with pytest.raises(ValueError, match="concurrency_range"):
