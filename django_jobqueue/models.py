@@ -335,7 +335,11 @@ class Worker(models.Model):
     hostname = models.CharField(max_length=255)
     pid = models.IntegerField()
     queues = models.JSONField(default=list)
-    concurrency = models.IntegerField()
+    concurrency = models.IntegerField()  # the slots it runs now
+    # --concurrency MIN:MAX's bounds, written when it registers; NULL for a fixed
+    # --concurrency, and on the row of a worker of a release before these columns.
+    min_concurrency = models.IntegerField(null=True, blank=True)
+    max_concurrency = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
     # The ids of running jobs whose claims the last beat could not renew, their rows

@@ -69,6 +69,10 @@ class QueueStats:
             self.oldest_ready_age = max(self.oldest_ready_age or 0.0, other.oldest_ready_age)
 
 
+# WorkerStats' fields that the admin shows and `jobqueue status --json` leaves out.
+ADMIN_ONLY = frozenset({"min_concurrency", "max_concurrency"})
+
+
 @dataclass
 class WorkerStats:
     worker_id: str
@@ -79,6 +83,9 @@ class WorkerStats:
     started_at: datetime
     last_heartbeat: datetime
     heartbeat_age: float
+    # --concurrency MIN:MAX's bounds, for the admin; None for a fixed number (or an older worker's row).
+    min_concurrency: int | None = None
+    max_concurrency: int | None = None
 
     @property
     def late(self) -> bool:
@@ -130,7 +137,8 @@ class Overview:
             "total": {key: value for key, value in queue(self.total).items() if key not in not_totals},
             "workers": [
                 {
-                    **asdict(worker),
+                    # The range is the admin's; the command's JSON keeps the fields it documents.
+                    **{key: value for key, value in asdict(worker).items() if key not in ADMIN_ONLY},
                     "heartbeat_age": round(worker.heartbeat_age, 1),
                     "started_at": worker.started_at.isoformat(),
                     "last_heartbeat": worker.last_heartbeat.isoformat(),
@@ -347,6 +355,8 @@ def live_workers(using: str, now: datetime) -> list[WorkerStats]:
             started_at=worker.started_at,
             last_heartbeat=worker.last_heartbeat,
             heartbeat_age=max(0.0, (now - worker.last_heartbeat).total_seconds()),
+            min_concurrency=worker.min_concurrency,
+            max_concurrency=worker.max_concurrency,
         )
         for worker in Worker.objects.using(using).order_by("worker_id")
     ]

@@ -253,6 +253,25 @@ def test_pause_and_resume_a_queue_from_the_overview(page, live_server, queue, op
     assert queue.paused_queues() == []
 
 
+def test_a_jobs_dependencies_line_up_with_its_other_values(page, live_server, queue, operator):
+    """*Waits on* and *waited on by* start where every other value of the page starts.
+
+    Their lists are ``<ul>``s, and the admin's aligned fieldsets indent a
+    ``ul`` by the labels' width as if it stood under its label, not beside it.
+    """
+    first = queue.push("build_report", {"month": "2024-01"}, queue="reports")
+    waiting = queue.push("send_otp", {"user_id": "42"}, queue="sms", depends_on=[first])
+    log_in(page, live_server.url)
+    for job, field in ((waiting, "waits_on"), (first, "waited_on_by")):
+        page.goto(f"{live_server.url}/admin/django_jobqueue/job/{job.pk}/change/")
+        value = page.locator(".field-name div.readonly").bounding_box()
+        link = page.locator(f".field-{field} li a").first.bounding_box()
+        assert value is not None and link is not None, field
+        assert abs(link["x"] - value["x"]) <= 2, f"{field} starts {link['x'] - value['x']:.0f} px off"
+        label = page.locator(f".field-{field} label").bounding_box()
+        assert label is not None and abs(link["y"] - label["y"]) <= 12, f"{field} beside its label"
+
+
 # -- screenshots -------------------------------------------------------------------
 
 

@@ -49,6 +49,12 @@ def row_slots(worker_id: str) -> int | None:
     return None if row is None else row.concurrency
 
 
+def row_range(worker_id: str) -> tuple[int | None, int | None]:
+    """The MIN:MAX the worker row records, for the admin; (None, None) for a fixed --concurrency."""
+    row = Worker.objects.get(worker_id=worker_id)
+    return row.min_concurrency, row.max_concurrency
+
+
 def all_done(count: int) -> bool:
     return Job.objects.filter(status="done").count() == count
 
@@ -60,6 +66,7 @@ def test_a_backlog_grows_the_slots_to_max_and_idle_shrinks_them_to_min(queue, st
     worker.wait_started()
     assert "concurrency=1:4" in worker.log()
     assert row_slots("elastic") == 1
+    assert row_range("elastic") == (1, 4)
 
     naps(events_path, 16, seconds=0.2)
     wait_until(lambda: row_slots("elastic") == 4, 10, "the worker row to say 4 slots")
@@ -72,6 +79,7 @@ def test_a_backlog_grows_the_slots_to_max_and_idle_shrinks_them_to_min(queue, st
     assert not re.search(r"-> [5-9]\d* slots", log), "never above MAX"
     worker.wait_for_log(r"worker elastic: \d -> 1 slots \(slots unneeded for 0.5s", 10)
     wait_until(lambda: row_slots("elastic") == 1, 5, "the worker row to say 1 slot")
+    assert row_range("elastic") == (1, 4), "resizing keeps the range"
 
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
@@ -317,3 +325,4 @@ def test_runworker_at_its_defaults_starts_ten_slots(queue, start_worker):
     worker.wait_started()
     assert " concurrency=10 " in worker.log()
     assert row_slots("defaults") == 10
+    assert row_range("defaults") == (None, None)

@@ -143,7 +143,18 @@ class OperatorChangeList(ChangeList):
         return f"{before}{pk}{after}"
 
 
-class OperatorAdmin(admin.ModelAdmin):
+class TitledAdmin(admin.ModelAdmin):
+    """A list titled by what it lists ("Jobs", "Batches"), not Django's "Select job to change".
+
+    Nothing on these pages is edited, and the title says what the list holds.
+    """
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
+        return super().changelist_view(request, extra_context)
+
+
+class OperatorAdmin(TitledAdmin):
     """A list an operator reads and acts on; rows change only through ``QueueClient``."""
 
     paginator = CappedPaginator
@@ -196,8 +207,11 @@ class OperatorAdmin(admin.ModelAdmin):
         cleaned = self.clean_query_string(request)
         if cleaned is not None:
             return cleaned
-        # "Jobs", not Django's "Select job to change": nothing here is edited.
-        extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
+        # Filtered by a batch (the links of a batch's page), the list says whose rows it shows.
+        batch_id = parse_id(request.GET.get("batch", "")) if "batch" in self.filter_params else None
+        if batch_id is not None:
+            title = f"{capfirst(self.opts.verbose_name_plural)} of batch #{batch_id}"
+            extra_context = {"title": title, **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
     def clean_query_string(self, request: HttpRequest) -> HttpResponse | None:

@@ -2,19 +2,54 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..models import Batch, Job
+from ..models import Batch, DeadLetter, Job, JobStatus
 from ..queue import QueueClient
+from .base import TitledAdmin
 from .display import EMPTY, timestamp
+from .jobs import plural
+
+# A batch's jobs by status on its page, in the order a job goes through them.
+STATES = (JobStatus.WAITING, JobStatus.READY, JobStatus.RUNNING, JobStatus.DONE, JobStatus.CANCELLED)
+LIVE = (JobStatus.WAITING, JobStatus.READY, JobStatus.RUNNING)
 
 
-class BatchAdmin(admin.ModelAdmin):
+@dataclass
+class BatchRows:
+    """The rows a batch has now: its jobs by status, and its dead letters."""
+
+    jobs: dict[str, int]
+    dead_letters: int
+
+
+def rows_of(batch: Batch) -> BatchRows:
+    """Count the batch's rows once per page, by the batch index of each table."""
+    cached = getattr(batch, "_jobqueue_rows", None)
+    if isinstance(cached, BatchRows):
+        return cached
+    using = QueueClient().using
+    by_status = (
+        Job.objects.using(using)
+        .filter(batch_id=batch.pk)
+        .order_by()
+        .values("status")
+        .annotate(count=Count("*"))
+    )
+    dead = DeadLetter.objects.using(using).filter(batch_id=batch.pk).order_by()
+    rows = BatchRows({row["status"]: row["count"] for row in by_status}, dead.count())
+    batch._jobqueue_rows = rows  # type: ignore[attr-defined]
+    return rows
+
+
+class BatchAdmin(TitledAdmin):
     """``batch()``'s rows: how far each batch is, and the callback it enqueued once finished."""
 
     list_display = (
@@ -38,6 +73,8 @@ class BatchAdmin(admin.ModelAdmin):
         "failed",
         "cancelled",
         "outstanding",
+        "jobs",
+        "dead_letters",
         "created",
         "finished",
         "callback",
@@ -82,11 +119,48 @@ class BatchAdmin(admin.ModelAdmin):
 
     @admin.display(description="live jobs")
     def outstanding(self, batch: Batch) -> str:
-        # Read from the rows (the batch index), as the batch's end is.
-        live = Job.objects.using(QueueClient().using).filter(
-            batch_id=batch.pk, status__in=["ready", "running"]
+        # Read from the rows, as the batch's end is: a waiting job (depends_on) is live too.
+        counts = rows_of(batch).jobs
+        return f"{sum(counts.get(status, 0) for status in LIVE):,}"
+
+    @admin.display(description="jobs")
+    def jobs(self, batch: Batch) -> SafeString:
+        """How many job rows the batch has, linked to the job list filtered by it, and per status."""
+        rows = rows_of(batch)
+        total = sum(rows.jobs.values())
+        url = reverse("admin:django_jobqueue_job_changelist", current_app=self.admin_site.name)
+        shown = (
+            format_html('<a href="{}?batch={}">{}</a>', url, batch.pk, plural(total, "job"))
+            if total
+            else "0 jobs"
         )
-        return f"{live.count():,}"
+        states = format_html_join(
+            ", ",
+            '<a href="{}?batch={}&amp;status={}">{} {}</a>',
+            (
+                (url, batch.pk, status, f"{rows.jobs[status]:,}", status)
+                for status in STATES
+                if rows.jobs.get(status)
+            ),
+        )
+        if states:
+            shown = format_html("{}: {}", shown, states)
+        # Finished jobs are pruned after KEEP_COMPLETED, and a dead letter may be deleted.
+        gone = batch.total - total - rows.dead_letters
+        if gone > 0:
+            verb = "is" if gone == 1 else "are"
+            note = f"{gone:,} more {verb} no longer kept: pruned once finished, or deleted"
+            shown = format_html('{} <span class="jq-quiet">({})</span>', shown, note)
+        return format_html("{}", shown)
+
+    @admin.display(description="dead letters")
+    def dead_letters(self, batch: Batch) -> SafeString | str:
+        """How many of the batch's jobs are in the dead letters, linked to that list filtered by it."""
+        count = rows_of(batch).dead_letters
+        if not count:
+            return "0 dead letters"
+        url = reverse("admin:django_jobqueue_deadletter_changelist", current_app=self.admin_site.name)
+        return format_html('<a href="{}?batch={}">{}</a>', url, batch.pk, plural(count, "dead letter"))
 
     @admin.display(description="created at")
     def created(self, batch: Batch) -> str:

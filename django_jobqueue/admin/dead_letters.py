@@ -31,6 +31,7 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    linked_batch,
     preformatted,
     pretty_payload,
     seconds,
@@ -38,7 +39,7 @@ from .display import (
     timestamp,
     with_relative,
 )
-from .filters import FailedFilter, NameFilter, QueueFilter
+from .filters import BatchFilter, FailedFilter, NameFilter, QueueFilter
 from .jobs import plural
 
 # A confirmation counts this far, then says "more than".
@@ -58,8 +59,8 @@ class DeadLetterAdmin(OperatorAdmin):
     )
     list_display_links = ("id", "letter_name")
     sortable_by = ("id",)
-    list_filter = (QueueFilter, NameFilter, FailedFilter)
-    filter_params = frozenset({"queue", "name", "failed"})
+    list_filter = (BatchFilter, QueueFilter, NameFilter, FailedFilter)
+    filter_params = frozenset({"queue", "name", "failed", "batch"})
     search_fields = ("name",)
     search_help_text = "A dead letter's id, the failed job's id or a job name, exactly."
     # Newest failure first: (failed_at), (queue, failed_at) or (name, failed_at) read backwards.
@@ -78,6 +79,7 @@ class DeadLetterAdmin(OperatorAdmin):
                     "attempts_of_max",
                     "key_for_concurrency",
                     "limit_for_concurrency",
+                    "batch_link",
                 )
             },
         ),
@@ -133,6 +135,10 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.display(description="concurrency limit")
     def limit_for_concurrency(self, letter: DeadLetter) -> str:
         return concurrency_limit(letter.concurrency_limit)
+
+    @admin.display(description="batch")
+    def batch_link(self, letter: DeadLetter) -> SafeString | str:
+        return linked_batch(letter.batch_id, self.client().using, self.admin_site.name)
 
     @admin.display(description="error")
     def error_summary(self, letter: DeadLetter) -> SafeString | str:

@@ -11,11 +11,13 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..conf import jobqueue_settings
+from ..models import Batch
 from ..queue.progress import MAX_PROGRESS_MESSAGE_CHARS
 from ..stats import format_age
 
@@ -111,6 +113,34 @@ def time_limit(value: float | None) -> str:
 def concurrency_limit(value: int | None) -> str:
     """A job's concurrency limit: how many with its key run at once; ``—`` for a job without a key."""
     return EMPTY if value is None else f"{value:,} at once"
+
+
+def linked_batch(batch_id: int | None, using: str, site_name: str) -> SafeString | str:
+    """A job's or a dead letter's batch, linked to its page: ``#12 imports.done (running)``; ``—`` for none.
+
+    The batch is named by its id and its callback's job, as the batch list shows it.
+    """
+    if batch_id is None:
+        return EMPTY
+    row = Batch.objects.using(using).filter(pk=batch_id).values_list("on_finish", "finished_at").first()
+    if row is None:
+        return format_html("#{} (no such batch)", batch_id)
+    on_finish, finished_at = row
+    url = reverse("admin:django_jobqueue_batch_change", args=[batch_id], current_app=site_name)
+    state = "running" if finished_at is None else "finished"
+    return format_html('<a href="{}">#{} {}</a> ({})', url, batch_id, on_finish, state)
+
+
+def slots(concurrency: int, minimum: int | None, maximum: int | None) -> str:
+    """A worker's slots: ``4``; started with ``--concurrency 2:8``, ``4 (range 2–8)``.
+
+    A range that does not hold the count is not this worker's: a worker of a
+    release before the range's columns took over the row of a newer one of
+    its id, and left them. Its count is shown alone.
+    """
+    if minimum is None or maximum is None or minimum == maximum or not minimum <= concurrency <= maximum:
+        return f"{concurrency:,}"
+    return f"{concurrency:,} (range {minimum:,}–{maximum:,})"
 
 
 def cut(text: str | None) -> SafeString | str:

@@ -14,9 +14,10 @@ from django.db.models import Model, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from ..models import JobStatus
+from ..models import Batch, JobStatus
 from ..queue.validation import check_name, check_queue
 from ..stats import distinct_values
+from .base import parse_id
 
 
 class CheckedFilter(admin.SimpleListFilter):
@@ -157,3 +158,35 @@ class FailedFilter(CheckedFilter):
         if before is not None:
             condition &= Q(failed_at__lt=Now() - before)
         return queryset.filter(condition)
+
+
+class BatchFilter(CheckedFilter):
+    """The jobs (or dead letters) of one batch: ``?batch=ID``, as a batch's page links them.
+
+    Thousands of batches make no list of choices, so the filter shows in the
+    sidebar only while it is applied: the batch named by its id and callback,
+    and *All* to clear it. A job keeps its batch for good, and so does its
+    dead letter; both tables index the column for the jobs of a batch only.
+    """
+
+    title = "batch"
+    parameter_name = "batch"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        if value is None:
+            return []
+        # The one choice is the value given, so that Django shows it chosen (and runs
+        # the filter): a value that cannot be a batch id then empties the list, with a message.
+        batch_id = parse_id(value)
+        if batch_id is None:
+            return [(value, value[:80])]
+        using = model_admin.client().using
+        on_finish = Batch.objects.using(using).filter(pk=batch_id).values_list("on_finish", flat=True).first()
+        return [(value, f"#{batch_id} {on_finish}" if on_finish else f"#{batch_id} (no such batch)")]
+
+    def check(self, value: str) -> bool:
+        return parse_id(value) is not None
+
+    def filter(self, queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
+        return queryset.filter(batch_id=parse_id(value))

@@ -32,6 +32,7 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    linked_batch,
     pill,
     preformatted,
     pretty_json,
@@ -43,7 +44,7 @@ from .display import (
     timestamp,
     with_relative,
 )
-from .filters import NameFilter, QueueFilter, StatusFilter
+from .filters import BatchFilter, NameFilter, QueueFilter, StatusFilter
 
 RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
 CANCELLABLE = (*LIVE_STATUSES, JobStatus.WAITING)
@@ -98,8 +99,8 @@ class JobAdmin(OperatorAdmin):
     list_display_links = ("id", "job_name")
     # Columns are methods, so that a crafted ?o= cannot sort a million rows by an unindexed column.
     sortable_by = ("id",)
-    list_filter = (StatusFilter, QueueFilter, NameFilter)
-    filter_params = frozenset({"status", "queue", "name"})
+    list_filter = (BatchFilter, StatusFilter, QueueFilter, NameFilter)
+    filter_params = frozenset({"status", "queue", "name", "batch"})
     # Shows the search box; search_filter() decides what a term matches.
     search_fields = ("name",)
     search_help_text = (
@@ -122,6 +123,7 @@ class JobAdmin(OperatorAdmin):
                     "unique_key",
                     "key_for_concurrency",
                     "limit_for_concurrency",
+                    "batch_link",
                 )
             },
         ),
@@ -218,6 +220,10 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="concurrency limit")
     def limit_for_concurrency(self, job: Job) -> str:
         return concurrency_limit(job.concurrency_limit)
+
+    @admin.display(description="batch")
+    def batch_link(self, job: Job) -> SafeString | str:
+        return linked_batch(job.batch_id, self.client().using, self.admin_site.name)
 
     @admin.display(description="claim deadline")
     def claim_deadline(self, job: Job) -> SafeString | str:

@@ -26,7 +26,8 @@ from ..models import QueueState, Worker
 from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
-from .display import EMPTY, pill, timestamp, with_relative
+from .base import TitledAdmin
+from .display import EMPTY, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -206,10 +207,10 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
     }
 
 
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(TitledAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
-    list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started", "heartbeat")
+    list_display = ("worker_id", "hostname", "pid", "serves", "slots", "started", "heartbeat")
     # The detail page shows the same values the same way (Django's own would write
     # an empty queue list as "-" and dates in another format).
     fields = list_display
@@ -238,6 +239,10 @@ class WorkerAdmin(admin.ModelAdmin):
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:
         return ", ".join(worker.queues) if worker.queues else "every queue"
+
+    @admin.display(description="concurrency")
+    def slots(self, worker: Worker) -> str:
+        return slots(worker.concurrency, worker.min_concurrency, worker.max_concurrency)
 
     @admin.display(description="started at")
     def started(self, worker: Worker) -> str:

@@ -17,7 +17,7 @@ from . import ops
 from .conflicts import retried
 from .progress import check_progress, encode_progress
 from .refs import Duration, as_id
-from .validation import check_queue, check_worker_id, to_seconds
+from .validation import check_concurrency_range, check_queue, check_worker_id, to_seconds
 
 
 class WorkerDuties:
@@ -102,16 +102,24 @@ class WorkerDuties:
         queues: Sequence[str],
         concurrency: int,
         stale_after: Duration = 60.0,
+        concurrency_range: tuple[int, int] | None = None,
     ) -> None:
         """Record a running worker (``queues`` empty = every queue), replacing a stale row of the same id.
 
-        Raise ``WorkerIdInUse`` if another worker's row of that id has beaten
-        within ``stale_after``.
+        ``concurrency`` is the slots it runs now (``resize_worker`` records a
+        change); ``concurrency_range`` the ``(MIN, MAX)`` of a worker started
+        with ``--concurrency MIN:MAX``, None for a fixed one. Raise
+        ``WorkerIdInUse`` if another worker's row of that id has beaten within
+        ``stale_after``.
         """
         queues_json = json.dumps([check_queue(queue) for queue in queues])
         worker_id = check_worker_id(worker_id)
         window = to_seconds(stale_after, "stale_after")
-        if not ops.register_worker(self.using, worker_id, hostname, pid, queues_json, concurrency, window):
+        bounds = None if concurrency_range is None else check_concurrency_range(concurrency_range)
+        registered = ops.register_worker(
+            self.using, worker_id, hostname, pid, queues_json, concurrency, window, bounds
+        )
+        if not registered:
             holder = ops.live_worker(self.using, worker_id)
             where = f" (host {holder[0]}, pid {holder[1]}, last heartbeat {holder[2]})" if holder else ""
             raise WorkerIdInUse(

@@ -27,6 +27,8 @@ MAX_NAME_LENGTH = 200
 MAX_QUEUE_LENGTH = 63
 MAX_UNIQUE_KEY_LENGTH = 255
 MAX_WORKER_ID_LENGTH = 255
+# A worker row's slot counts are integer columns.
+MAX_SLOTS = 2**31 - 1
 MAX_ATTEMPTS_LIMIT = 1_000_000
 # Far enough for any real schedule, near enough that now + delay never overflows.
 MAX_DELAY_SECONDS = 100 * 366 * 86400.0
@@ -239,6 +241,18 @@ def check_worker_id(worker_id: object) -> str:
     if not worker_id.isascii():
         _check_encodable(worker_id, "worker_id")
     return worker_id
+
+
+def check_concurrency_range(value: object) -> tuple[int, int]:
+    """A worker's ``--concurrency MIN:MAX`` as ``(MIN, MAX)``: whole numbers, 1 <= MIN <= MAX."""
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise ValueError(f"concurrency_range must be a pair (MIN, MAX), not {value!r}")
+    low, high = value
+    if any(isinstance(bound, bool) or not isinstance(bound, int) for bound in (low, high)):
+        raise ValueError(f"concurrency_range must be two whole numbers, not {value!r}")
+    if not 1 <= low <= high <= MAX_SLOTS:
+        raise ValueError(f"concurrency_range must have 1 <= MIN <= MAX <= {MAX_SLOTS:,}, got {low}:{high}")
+    return low, high
 
 
 def encode_payload_and_copy(payload: object, max_bytes: int) -> tuple[str, dict[str, Any] | None]:

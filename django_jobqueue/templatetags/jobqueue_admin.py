@@ -9,6 +9,7 @@ from django import template
 from django.utils.safestring import SafeString
 
 from ..admin.display import EMPTY, progress_bar
+from ..admin.display import slots as format_slots
 from ..admin.display import timestamp as format_timestamp
 from ..stats import format_age
 
@@ -37,3 +38,9 @@ def timestamp(value: datetime | None) -> str:
 def job_progress(value: Any) -> SafeString | str:
     """A job's stored ``ctx.progress()`` report as a bar with its label (``display.progress_bar``)."""
     return progress_bar(value)
+
+
+@register.filter
+def slots(worker: Any) -> str:
+    """A worker's slots, with its ``--concurrency MIN:MAX`` range: ``4 (range 2–8)`` (``display.slots``)."""
+    return format_slots(worker.concurrency, worker.min_concurrency, worker.max_concurrency)

@@ -176,6 +176,7 @@ class Supervisor:
         self.request_stop(name)
 
     def register(self) -> None:
+        slot_range = self.config.slot_range
         self.client.register_worker(
             self.config.worker_id,
             hostname=socket.gethostname()[:255],
@@ -183,6 +184,8 @@ class Supervisor:
             queues=[name for name, _weight in self.config.queues],
             concurrency=self.slots.count,
             stale_after=WORKER_STALE_AFTER,
+            # For the admin: "4 (range 2–8)". Fixed for the worker's life; a resize writes the count.
+            concurrency_range=None if slot_range.fixed else (slot_range.minimum, slot_range.maximum),
         )
 
     def _register_again(self) -> None:

@@ -21,6 +21,7 @@ def register_worker(
     queues_json: str,
     concurrency: int,
     stale_after: float,
+    concurrency_range: tuple[int, int] | None = None,
 ) -> bool:
     """Insert the row of a starting worker, or take over the row of an earlier one of that id.
 
@@ -29,17 +30,25 @@ def register_worker(
     pid: a retried registration, or a pid reused after a crash). Return False,
     changing nothing, while another live worker holds the id: claims are fenced
     by the bare id, so two live holders could complete each other's jobs.
+
+    ``concurrency_range`` is ``--concurrency MIN:MAX``'s bounds, None for a
+    fixed number; a row taken over gets this worker's, NULL included. It is
+    fixed for the worker's life, so no later write repeats it: a resize
+    writes the slots alone.
     """
+    low, high = concurrency_range or (None, None)
     cursor, engine = cursor_and_engine(using)
     cursor.execute(
-        f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, started_at, last_heartbeat) "
-        f"VALUES (%s, %s, %s, %s, %s, {engine.now}, {engine.now}) "
+        f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, min_concurrency, "
+        "max_concurrency, started_at, last_heartbeat) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, {engine.now}, {engine.now}) "
         "ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid, "
         "queues = excluded.queues, concurrency = excluded.concurrency, "
+        "min_concurrency = excluded.min_concurrency, max_concurrency = excluded.max_concurrency, "
         "started_at = excluded.started_at, last_heartbeat = excluded.last_heartbeat "
         f"WHERE {WORKER}.last_heartbeat < {engine.now_minus('%s')} "
         f"OR ({WORKER}.hostname = excluded.hostname AND {WORKER}.pid = excluded.pid)",
-        [worker_id, hostname, pid, queues_json, concurrency, stale_after],
+        [worker_id, hostname, pid, queues_json, concurrency, low, high, stale_after],
     )
     return cursor.rowcount == 1
 
