@@ -31,11 +31,11 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    in_list,
     preformatted,
     pretty_payload,
     seconds,
     time_limit,
-    timestamp,
     with_relative,
 )
 from .filters import FailedFilter, NameFilter, QueueFilter
@@ -144,9 +144,9 @@ class DeadLetterAdmin(OperatorAdmin):
             '<span class="jq-cut" title="{}">{}</span>', letter.error[:500], first_line[0][:200]
         )
 
-    @admin.display(description="failed at")
-    def failed(self, letter: DeadLetter) -> str:
-        return timestamp(letter.failed_at)
+    @admin.display(description="failed")
+    def failed(self, letter: DeadLetter) -> SafeString | str:
+        return in_list(letter.failed_at, "failed at")
 
     @admin.display(description="failed at")
     def failed_when(self, letter: DeadLetter) -> SafeString | str:

@@ -1,7 +1,8 @@
 """How the admin shows a job's values: pretty JSON, status pills, dates, ages and deadlines.
 
 Every page writes a date one way (``2026-12-01 10:30:04``, in the current time
-zone), an empty value one way (``—``) and a duration with its unit.
+zone; a list by how far away it is, the date in its tooltip), an empty value
+one way (``—``) and a duration with its unit.
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ def relative(when: datetime | None) -> str:
         return EMPTY
     seconds = (when - timezone.now()).total_seconds()
     return f"in {format_age(seconds)}" if seconds >= 0 else f"{format_age(-seconds)} ago"
+
+
+def in_list(when: datetime | None, what: str = "") -> SafeString | str:
+    """A list's date: how far away it is, ``3 min ago``; the date itself in its tooltip.
+
+    A list is read across, and the date would take twice the width. ``what``
+    names the date in the tooltip (``finished at 2026-12-01 10:30:04``).
+    """
+    if when is None:
+        return EMPTY
+    return format_html('<span title="{}">{}</span>', f"{what} {timestamp(when)}".strip(), relative(when))
 
 
 def with_relative(when: datetime | None) -> SafeString | str:

@@ -26,7 +26,7 @@ from ..models import QueueState, Worker
 from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
-from .display import EMPTY, pill, timestamp, with_relative
+from .display import EMPTY, cut, in_list, pill, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -209,11 +209,12 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
 class WorkerAdmin(admin.ModelAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
-    list_display = ("worker_id", "hostname", "pid", "serves", "concurrency", "started", "heartbeat")
-    # The detail page shows the same values the same way (Django's own would write
+    # Long ids, host names and queue lists cut to their columns, times by how far away they are.
+    list_display = ("worker", "host", "pid", "queues_served", "concurrency", "started_ago", "heartbeat_ago")
+    # The detail page shows the same values whole (Django's own would write
     # an empty queue list as "-" and dates in another format).
-    fields = list_display
-    readonly_fields = list_display
+    fields = ("worker_id", "hostname", "pid", "serves", "concurrency", "started", "heartbeat")
+    readonly_fields = fields
     ordering = ("worker_id",)
     show_facets = admin.ShowFacets.NEVER
     empty_value_display = EMPTY
@@ -235,9 +236,29 @@ class WorkerAdmin(admin.ModelAdmin):
         queryset = super().get_queryset(request).using(QueueClient().using)
         return queryset.annotate(database_now=Now())
 
+    @admin.display(description="worker id")
+    def worker(self, worker: Worker) -> SafeString | str:
+        return cut(worker.worker_id)
+
+    @admin.display(description="hostname")
+    def host(self, worker: Worker) -> SafeString | str:
+        return cut(worker.hostname)
+
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:
         return ", ".join(worker.queues) if worker.queues else "every queue"
+
+    @admin.display(description="queues")
+    def queues_served(self, worker: Worker) -> SafeString | str:
+        return cut(self.serves(worker))
+
+    @admin.display(description="started")
+    def started_ago(self, worker: Worker) -> SafeString | str:
+        return in_list(worker.started_at, "started at")
+
+    @admin.display(description="last heartbeat")
+    def heartbeat_ago(self, worker: Worker) -> SafeString:
+        return self.late(worker, in_list(worker.last_heartbeat, "last heartbeat at"))
 
     @admin.display(description="started at")
     def started(self, worker: Worker) -> str:
@@ -245,7 +266,10 @@ class WorkerAdmin(admin.ModelAdmin):
 
     @admin.display(description="last heartbeat")
     def heartbeat(self, worker: Worker) -> SafeString:
-        shown = with_relative(worker.last_heartbeat)
+        return self.late(worker, with_relative(worker.last_heartbeat))
+
+    def late(self, worker: Worker, shown: SafeString | str) -> SafeString:
+        """``shown`` (the last heartbeat), marked *late* past ``stats.LATE_HEARTBEAT``."""
         now = getattr(worker, "database_now", None) or timezone.now()
         if (now - worker.last_heartbeat).total_seconds() > stats.LATE_HEARTBEAT:
             return format_html("{} {}", shown, pill("late", "late"))
