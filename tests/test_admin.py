@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from django_jobqueue import QueueClient
 from django_jobqueue.admin import base as admin_base
+from django_jobqueue.admin.display import timestamp
 from django_jobqueue.admin.jobs import JobAdmin
 from django_jobqueue.models import DeadLetter, Job, Worker
 
@@ -107,11 +108,22 @@ def post_action(client: Client, url: str, action: str, ids: list[int], **extra: 
 
 def test_job_list_shows_each_column(operator, jobs):
     page = text(operator.get(JOBS))
-    for column in ("name", "queue", "status", "priority", "attempts", "run at", "age"):
-        assert f">{column}<" in page.lower() or column in page.lower()
+    for column in ("Name", "Queue", "Status", "Priority", "Attempts", "Progress", "When"):
+        assert f"<span>{column}</span>" in page, column
     assert 'title="claimed by web-1:77">running<' in page, "the running job's owner, in its pill"
     assert "1 / 5" in page and "scheduled" in page and "cancelled" in page
     assert "5 jobs" in page
+    # When, beside the status: a ready job due for so long, a scheduled one due in so long, a
+    # running one claimed so long ago, a finished one ended so long ago; the date in the tooltip.
+    enqueued = f"enqueued at {timestamp(jobs['due'].created_at)}"
+    assert f'title="due since {timestamp(jobs["due"].run_at)}; {enqueued}">for ' in page
+    assert f'title="runs at {timestamp(jobs["scheduled"].run_at)}; enqueued at ' in page
+    assert ">in 59 min<" in page or ">in 1 h<" in page
+    running = jobs["running"]
+    assert f'title="claimed at {timestamp(running.last_attempted_at)}; enqueued at ' in page
+    assert f'title="finished at {timestamp(jobs["done"].finished_at)}; enqueued at ' in page
+    assert f'title="finished at {timestamp(jobs["cancelled"].finished_at)}; enqueued at ' in page
+    assert page.count(" ago</span>") == 2, "done and cancelled"
 
 
 @pytest.mark.parametrize(("url", "rows"), [(JOBS, "jobs"), (DEAD, "letters")])

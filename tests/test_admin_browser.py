@@ -5,6 +5,10 @@ and see it back on its queue; open the schedules, pause one, run one now, and
 see its job; pause a queue from the overview and resume it. A second test
 renders the main pages with realistic data and saves screenshots: to a
 temporary directory, or to the docs with ``JOBQUEUE_SCREENSHOTS=docs/img``.
+A third opens every page with long names, errors and worker ids at the
+screens operators have (1366×768 with the navigation sidebar open and
+folded, 1920×1080) and measures what fits; its screenshots are in the test's
+temporary directory, to look at.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from django.utils import timezone
 
 from django_jobqueue import QueueClient, registry
 from django_jobqueue import job as job_function
-from django_jobqueue.models import DeadLetter, Job, Schedule, Worker
+from django_jobqueue.models import Batch, DeadLetter, Job, Schedule, Worker
+from django_jobqueue.queue.schedules import ScheduleBook
+from django_jobqueue.schedules import declared_schedules
 
 # Playwright's sync API runs an event loop in this thread; the test's own ORM
 # calls are ordinary synchronous code all the same.
@@ -391,53 +397,283 @@ def test_screenshots_of_the_main_pages(page, live_server, queue, operator, tmp_p
         assert (target / filename).stat().st_size > 10_000, filename
 
 
-# -- a laptop's screen -------------------------------------------------------------
+# -- the screens an operator has ----------------------------------------------------
 
 LAPTOP = {"width": 1366, "height": 768}
-# Neither the page nor the list's own box scrolls sideways.
-FITS = """[
-    document.documentElement.scrollWidth <= window.innerWidth,
-    document.querySelector("#changelist .results").scrollWidth
-        <= document.querySelector("#changelist .results").clientWidth,
-]"""
+DESKTOP = {"width": 1920, "height": 1080}
+# Each screen: its viewport, and whether the admin's navigation sidebar is open (its default).
+SCREENS = {
+    "1366-sidebar-open": (LAPTOP, True),
+    "1366-sidebar-folded": (LAPTOP, False),
+    "1920-sidebar-open": (DESKTOP, True),
+}
 LONG_NAME = "reports.quarterly.build_the_consolidated_revenue_report_for_every_region_and_currency"
+# A name of ordinary length, but long: whole on a desktop, cut only where the column must be narrower.
+SHOP = "shop.integrations.partner_webhook_delivery"
+LONG_QUEUE = "reports-consolidated-revenue-eu-west-and-us-east-and-ap-south-1"[:63]
+LONG_WORKER = "batch-worker-with-a-very-long-host-name.internal.example.com:123456"
+LONG_ERROR = "ReportError: " + "the upstream warehouse refused the query because " * 6
+# The narrowest a name column may be on the smallest screen (1366 px, sidebar open): about 26
+# characters of the admin's 13 px font, "shop.integrations.partner_…", the app, the module and
+# the start of the function, which tells one job from another; most names are shorter and show whole.
+READABLE_NAME = 180
+# An id column is its widest id, its padding and the sort arrow, no more.
+ID_SLACK = 40
+
+# Neither the page nor the list's own box scrolls sideways.
+FITS = """() => {
+    const box = document.querySelector("#changelist .results");
+    return [
+        document.documentElement.scrollWidth <= window.innerWidth,
+        box === null || box.scrollWidth <= box.clientWidth,
+    ];
+}"""
+# The elements of ``selector`` that stand out past the page's content into its margin.
+PAST_CONTENT = """selector => {
+    const right = document.querySelector("#content").getBoundingClientRect().right
+        - parseFloat(getComputedStyle(document.querySelector("#content")).paddingRight);
+    return [...document.querySelectorAll(selector)]
+        .filter(element => element.getBoundingClientRect().right > right + 0.5)
+        .map(element => element.className);
+}"""
+# The lines an element's text takes: the boxes of its text and inline boxes, grouped by the
+# line they stand on (a pill's box and the text inside it are on one line).
+LINES = """element => {
+    const range = document.createRange();
+    range.selectNodeContents(element);
+    const boxes = [...range.getClientRects()].filter(box => box.width > 0 && box.height > 0);
+    boxes.sort((a, b) => a.top - b.top);
+    let lines = 0, bottom = -Infinity;
+    for (const box of boxes) {
+        if (box.top >= bottom - 2) { lines += 1; bottom = box.bottom; }
+        else bottom = Math.max(bottom, box.bottom);
+    }
+    return lines;
+}"""
+# Every cell of a list on one line: a list is read across.
+WRAPPED_CELLS = f"""() => {{
+    const lines = {LINES};
+    return [...document.querySelectorAll("#result_list tbody :is(td, th)")]
+        .filter(cell => lines(cell) > 1).map(cell => cell.className + ": " + cell.textContent.trim());
+}}"""
+# A pill cut by its own box, standing out of its cell, or out of sight past the list's box.
+CLIPPED_PILLS = """() => {
+    const results = document.querySelector("#changelist .results");
+    const seen = results.getBoundingClientRect().left + results.clientWidth;
+    return [...document.querySelectorAll("#result_list .jq-pill")].filter(pill => {
+        const cell = pill.closest("td, th").getBoundingClientRect(), box = pill.getBoundingClientRect();
+        return pill.scrollWidth > pill.clientWidth || box.left < cell.left - 0.5
+            || box.right > cell.right + 0.5 || box.right > seen + 0.5;
+    }).map(pill => pill.textContent);
+}"""
+# The width of the list's column headed ``header``.
+COLUMN_WIDTH = """header => [...document.querySelectorAll("#result_list thead th")]
+    .find(th => th.textContent.trim().toLowerCase() === header).getBoundingClientRect().width"""
+# How much wider the id column is than its widest id.
+ID_COLUMN_SLACK = """() => {
+    const column = document.querySelector("#result_list thead th.column-id").getBoundingClientRect().width;
+    const ids = [...document.querySelectorAll("#result_list tbody .field-id a")];
+    return column - Math.max(...ids.map(id => id.getBoundingClientRect().width));
+}"""
+# A cut text's state: [cut by its column, on one line, its tooltip].
+CUT_TEXT = f"""element => [
+    element.scrollWidth > element.clientWidth, ({LINES})(element), element.getAttribute("title"),
+]"""
+# The cells of a table's columns named by their headers that take more than one line.
+WRAPPED_COLUMNS = f"""(table, names) => {{
+    const lines = {LINES};
+    const headers = [...table.querySelectorAll("thead th")].map(th => th.textContent.trim().toLowerCase());
+    // (A header read only by screen readers is one pixel wide: its words stand one under the other.)
+    const wrapped = [...table.querySelectorAll("thead th")]
+        .filter(th => !th.querySelector(".visually-hidden") && lines(th) > 1)
+        .map(th => "header " + th.textContent.trim());
+    for (const row of table.querySelectorAll("tbody tr")) {{
+        for (const name of names) {{
+            const cell = row.children[headers.indexOf(name)];
+            if (lines(cell) > 1) wrapped.push(name + ": " + cell.textContent.trim());
+        }}
+    }}
+    return wrapped;
+}}"""
 
 
-def seed_long_values(client: QueueClient) -> None:
-    """Jobs and dead letters whose names, queues and errors are as long as the columns allow."""
-    name = LONG_NAME
-    queue = "reports-consolidated-revenue-eu-west-and-us-east-and-ap-south-1"[:63]
-    worker = "batch-worker-with-a-very-long-host-name.internal.example.com:123456"
-    error = "ReportError: " + "the upstream warehouse refused the query because " * 6
+def takes_anything(**payload: Any) -> None: ...
+
+
+@pytest.fixture
+def long_schedules(queue: QueueClient, unregistered: Any) -> Iterator[None]:
+    """Schedules of long names and time zones: one paused, one that fired, one no longer declared."""
+    unregistered(SHOP, LONG_NAME)
+    for name in (SHOP, LONG_NAME):
+        job_function(name=name)(takes_anything)
+    declared = {
+        "partner-webhook-delivery-sweep": {
+            "job": SHOP,
+            "cron": "*/5 * * * *",
+            "timezone": "Europe/Amsterdam",
+        },
+        "consolidated-revenue-report-for-every-region": {
+            "job": LONG_NAME,
+            "cron": "0 3 * * 1-5",
+            "timezone": "America/Los_Angeles",
+        },
+        "ping": {"job": SHOP, "every": 30},
+    }
+    retired = {**declared, "retired-partner-catalogue-sync": {"job": SHOP, "every": 3600}}
+    with override_settings(JOBQUEUE={"SCHEDULES": retired}):
+        ScheduleBook().sync(declared_schedules())  # as workers of an earlier release did
+    book = ScheduleBook()
+    book.pause(["consolidated-revenue-report-for-every-region", "retired-partner-catalogue-sync"])
+    fired = queue.push(SHOP, {}, queue="webhooks")
+    Schedule.objects.filter(name="partner-webhook-delivery-sweep").update(
+        last_fire_at=timezone.now() - timedelta(minutes=3), last_job_id=fired.pk
+    )
+    with override_settings(JOBQUEUE={"SCHEDULES": declared}):
+        yield
+    for name in (SHOP, LONG_NAME):
+        registry.unregister(name)
+
+
+def seed_long_values(client: QueueClient) -> int:
+    """Rows whose names, queues, errors and worker ids are as long as the columns allow.
+
+    Returns the id of a running job on its third attempt, reporting its progress.
+    """
     for i in range(3):
-        client.push(f"{name}_{i}", {"region": "eu"}, queue=queue, unique_key=f"{name}:{i}")
-    client.pull(queue, worker_id=worker)
-    client.push(name, {}, queue=queue, delay=3600)
+        client.push(f"{LONG_NAME}_{i}", {"region": "eu"}, queue=LONG_QUEUE, unique_key=f"{LONG_NAME}:{i}")
+    client.pull(LONG_QUEUE, worker_id=LONG_WORKER)
+    client.push(LONG_NAME, {}, queue=LONG_QUEUE, delay=3600)
+    client.push("send_otp", {"user_id": "42"}, queue="sms")
     for _ in range(3):
-        bury(client, name, {"region": "eu"}, queue, error)
-    DeadLetter.objects.update(worker_id=worker)
+        bury(client, LONG_NAME, {"region": "eu"}, LONG_QUEUE, LONG_ERROR)
+    bury(
+        client,
+        SHOP,
+        {"order": 999},
+        "webhooks",
+        "ConnectionError: " + "partner.example refused the connection " * 5,
+    )
+    DeadLetter.objects.update(worker_id=LONG_WORKER)
+
+    # Three deliveries on their third attempt: two timed out elsewhere, the third reports how far it got.
+    for i in range(3):
+        client.push(SHOP, {"order": 1000 + i}, queue="webhooks")
+    for worker in ("web-1:3187", "web-2:4121"):
+        for job in client.pull_many("webhooks", worker_id=worker, limit=3):
+            error = "TimeoutError: partner.example did not answer in 10 s"
+            assert client.nack(job, worker_id=worker, error=error, delay=0, timed_out=True)
+    running = client.pull_many("webhooks", worker_id=LONG_WORKER, limit=3)
+    message = "delivering the order's events to the partner's endpoints, batch 3 of 7"
+    reports = [
+        (job, {"current": 4_200 * (i + 1), "total": 12_600, "message": message})
+        for i, job in enumerate(running)
+    ]
+    assert len(client.record_progress(reports, worker_id=LONG_WORKER)) == 3
+
+    now = timezone.now()
+    for i, (name, finished) in enumerate(((LONG_NAME, True), (SHOP, False), (LONG_NAME, False))):
+        Batch.objects.create(
+            on_finish=name,
+            total=12_000,
+            done=9_015 + i,
+            failed=120,
+            cancelled=3,
+            created_at=now - timedelta(hours=2, minutes=i),
+            finished_at=now - timedelta(minutes=4) if finished else None,
+            callback_job_id=running[0].pk if finished else None,
+        )
+    client.register_worker(
+        LONG_WORKER,
+        hostname=LONG_WORKER.partition(":")[0],
+        pid=123456,
+        queues=[LONG_QUEUE, "webhooks", "sms"],
+        concurrency=8,
+    )
+    client.register_worker("web-1:3187", hostname="web-1", pid=3187, queues=[], concurrency=8)
+    Worker.objects.filter(worker_id="web-1:3187").update(last_heartbeat=now - timedelta(seconds=48))
+    return min(job.pk for job in running)
 
 
-@pytest.mark.parametrize("sidebar", ["open", "folded"])
-def test_the_lists_fit_a_laptop_screen(browser, live_server, queue, operator, tmp_path, sidebar):
-    seed_long_values(queue)
-    context = browser.new_context(viewport=LAPTOP)
-    if sidebar == "folded":
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_the_pages_fit_the_screen(browser, live_server, queue, operator, long_schedules, tmp_path, screen):
+    """Each page at the screens operators have, with long values: nothing scrolls sideways, nothing
+    is clipped or wrapped, a name has room to be read and an id column no more than its ids'."""
+    running = seed_long_values(queue)
+    viewport, sidebar_open = SCREENS[screen]
+    context = browser.new_context(viewport=viewport)
+    if not sidebar_open:
         context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
     page = context.new_page()
     page.set_default_timeout(15_000)
     try:
         log_in(page, live_server.url)
         admin = f"{live_server.url}/admin/django_jobqueue"
-        for label, url in (("jobs", f"{admin}/job/"), ("dead-letters", f"{admin}/deadletter/")):
-            response = page.goto(url)
+        # Each list, and the header of its name column.
+        lists = {
+            "jobs": ("job/", "name"),
+            "running-jobs": ("job/?status=running", "name"),
+            "dead-letters": ("deadletter/", "name"),
+            "schedules": ("schedule/", "name"),
+            "batches": ("batch/", "on finish"),
+            "workers": ("worker/", "worker id"),
+        }
+        for label, (url, name_column) in lists.items():
+            response = page.goto(f"{admin}/{url}")
             assert response is not None and response.status == 200, url
             # To look at: the test's temporary directory.
-            page.screenshot(path=str(tmp_path / f"laptop-{label}-{sidebar}.png"))
+            page.screenshot(path=str(tmp_path / f"{screen}-{label}.png"))
             assert page.evaluate(FITS) == [True, True], label
-            # The newest row's name is cut to its column, and whole in its tooltip.
-            cut = page.locator("#result_list tbody tr").first.locator(".jq-cut").first
-            assert cut.get_attribute("title") == LONG_NAME
-            assert cut.evaluate("element => element.scrollWidth > element.clientWidth"), "cut, not wrapped"
+            assert page.evaluate(WRAPPED_CELLS) == [], label
+            assert page.evaluate(CLIPPED_PILLS) == [], label
+            width = page.evaluate(COLUMN_WIDTH, name_column)
+            assert width >= READABLE_NAME, (label, width)
+            if page.locator("#result_list thead th.column-id").count():
+                assert page.evaluate(ID_COLUMN_SLACK) <= ID_SLACK, label
+
+        # A long name is cut, whole in its tooltip; an ordinary one whole; SHOP whole on a desktop.
+        page.goto(f"{admin}/job/")
+        cut, lines, title = page.locator(f'#result_list .jq-cut[title="{LONG_NAME}"]').evaluate(CUT_TEXT)
+        assert (cut, lines, title) == (True, 1, LONG_NAME)
+        assert page.locator('#result_list .jq-cut[title="send_otp"]').evaluate(CUT_TEXT)[0] is False
+        shop = page.locator(f'#result_list .jq-cut[title="{SHOP}"]').first.evaluate(CUT_TEXT)
+        assert shop[1:] == [1, SHOP]
+        if screen.startswith("1920"):
+            assert shop[0] is False, "whole on a desktop"
+        # A running job's progress: its bar and its share, not cut.
+        page.goto(f"{admin}/job/?status=running")
+        for progress in page.locator("#result_list .jq-progress-row").all():
+            assert progress.locator("progress").bounding_box()["width"] >= 40
+            label = progress.locator(".jq-progress-label")
+            assert label.evaluate(
+                """element => {
+                    const right = element.getBoundingClientRect().right;
+                    const results = document.querySelector("#changelist .results");
+                    return element.scrollWidth <= element.clientWidth
+                        && right <= element.closest("td").getBoundingClientRect().right
+                        && right <= results.getBoundingClientRect().left + results.clientWidth;
+                }"""
+            ), "the share done, in sight"
+
+        # The overview: no header, date or heartbeat on two lines.
+        page.goto(f"{admin}/queueoverview/")
+        page.screenshot(path=str(tmp_path / f"{screen}-overview.png"), full_page=True)
+        assert page.evaluate(FITS) == [True, True]
+        assert page.evaluate(PAST_CONTENT, "table.jq-table, .jq-card") == []
+        tables = page.locator("table.jq-table").all()
+        assert tables
+        for table in tables:
+            assert table.evaluate(WRAPPED_COLUMNS, []) == []
+        workers = page.locator("table.jq-table", has_text="last heartbeat")
+        assert workers.evaluate(WRAPPED_COLUMNS, ["started", "last heartbeat"]) == []
+
+        # A job's attempts: worker ids and dates on one line.
+        page.goto(f"{admin}/job/{running}/change/")
+        page.screenshot(path=str(tmp_path / f"{screen}-job.png"), full_page=True)
+        assert page.evaluate(FITS) == [True, True]
+        assert page.evaluate(PAST_CONTENT, "table.jq-attempts") == []
+        attempts = page.locator("table.jq-attempts")
+        assert attempts.locator("tbody tr").count() == 3
+        columns = ["attempt", "worker", "started", "duration", "outcome"]
+        assert attempts.evaluate(WRAPPED_COLUMNS, columns) == []
     finally:
         context.close()

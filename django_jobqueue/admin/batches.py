@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from ..models import Batch, DeadLetter, Job, JobStatus
 from ..queue import QueueClient
 from .base import TitledAdmin
-from .display import EMPTY, timestamp
+from .display import EMPTY, cut, in_list, timestamp
 from .jobs import plural
 
 # A batch's jobs by status on its page, in the order a job goes through them.
@@ -52,16 +52,17 @@ def rows_of(batch: Batch) -> BatchRows:
 class BatchAdmin(TitledAdmin):
     """``batch()``'s rows: how far each batch is, and the callback it enqueued once finished."""
 
+    # The list's own columns of the callback, progress and times are short: a list is read across.
     list_display = (
         "id",
-        "on_finish",
-        "progress",
+        "callback_name",
+        "share_finished",
         "done",
         "failed",
         "cancelled",
-        "created",
-        "finished",
-        "callback",
+        "created_ago",
+        "finished_ago",
+        "callback_link",
     )
     fields = (
         "id",
@@ -102,20 +103,39 @@ class BatchAdmin(TitledAdmin):
 
     @admin.display(description="progress")
     def progress(self, batch: Batch) -> SafeString:
-        finished = batch.done + batch.failed + batch.cancelled
-        total = max(batch.total, finished)
-        share = 100 if total == 0 else 100 * finished // total
-        state = "finished" if batch.finished_at is not None else "running"
+        return format_html("{} {}", progress_bar(batch), progress_words(batch))
+
+    @admin.display(description="on finish")
+    def callback_name(self, batch: Batch) -> SafeString | str:
+        return cut(batch.on_finish)
+
+    @admin.display(description="progress")
+    def share_finished(self, batch: Batch) -> SafeString:
+        # The bar and its share; the counts and the state in the tooltip (and the columns beside).
+        share = progress_share(batch)
         return format_html(
-            '<progress max="{}" value="{}" title="{}%"></progress> {} of {} finished ({}%), {}',
-            max(total, 1),
-            finished if total else 1,
+            '<span class="jq-progress-row" title="{}">{} <span class="jq-progress-label">{}%</span></span>',
+            progress_words(batch),
+            progress_bar(batch),
             share,
-            f"{finished:,}",
-            f"{total:,}",
-            share,
-            state,
         )
+
+    @admin.display(description="created")
+    def created_ago(self, batch: Batch) -> SafeString | str:
+        return in_list(batch.created_at, "created at")
+
+    @admin.display(description="finished")
+    def finished_ago(self, batch: Batch) -> SafeString | str:
+        return in_list(batch.finished_at, "finished at")
+
+    @admin.display(description="callback")
+    def callback_link(self, batch: Batch) -> SafeString:
+        if batch.callback_job_id is None:
+            return format_html('<span title="{}">not yet</span>', "enqueued once every job has finished")
+        url = reverse(
+            "admin:django_jobqueue_job_change", args=[batch.callback_job_id], current_app=self.admin_site.name
+        )
+        return format_html('<a href="{}" title="{}">job #{}</a>', url, batch.on_finish, batch.callback_job_id)
 
     @admin.display(description="live jobs")
     def outstanding(self, batch: Batch) -> str:
@@ -179,3 +199,31 @@ class BatchAdmin(TitledAdmin):
             "admin:django_jobqueue_job_change", args=[batch.callback_job_id], current_app=self.admin_site.name
         )
         return format_html('<a href="{}">{} job #{}</a>', url, batch.on_finish, batch.callback_job_id)
+
+
+def _finished_of_total(batch: Batch) -> tuple[int, int]:
+    finished = batch.done + batch.failed + batch.cancelled
+    return finished, max(batch.total, finished)
+
+
+def progress_share(batch: Batch) -> int:
+    """The share of the batch's jobs finished, in percent, floored."""
+    finished, total = _finished_of_total(batch)
+    return 100 if total == 0 else 100 * finished // total
+
+
+def progress_bar(batch: Batch) -> SafeString:
+    finished, total = _finished_of_total(batch)
+    return format_html(
+        '<progress class="jq-progress" max="{}" value="{}" title="{}%"></progress>',
+        max(total, 1),
+        finished if total else 1,
+        progress_share(batch),
+    )
+
+
+def progress_words(batch: Batch) -> str:
+    """``9,015 of 12,000 finished (75%), running``."""
+    finished, total = _finished_of_total(batch)
+    state = "finished" if batch.finished_at is not None else "running"
+    return f"{finished:,} of {total:,} finished ({progress_share(batch)}%), {state}"

@@ -31,12 +31,12 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    in_list,
     linked_batch,
     preformatted,
     pretty_payload,
     seconds,
     time_limit,
-    timestamp,
     with_relative,
 )
 from .filters import BatchFilter, FailedFilter, NameFilter, QueueFilter
@@ -150,9 +150,9 @@ class DeadLetterAdmin(OperatorAdmin):
             '<span class="jq-cut" title="{}">{}</span>', letter.error[:500], first_line[0][:200]
         )
 
-    @admin.display(description="failed at")
-    def failed(self, letter: DeadLetter) -> str:
-        return timestamp(letter.failed_at)
+    @admin.display(description="failed")
+    def failed(self, letter: DeadLetter) -> SafeString | str:
+        return in_list(letter.failed_at, "failed at")
 
     @admin.display(description="failed at")
     def failed_when(self, letter: DeadLetter) -> SafeString | str:

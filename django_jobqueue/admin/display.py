@@ -1,7 +1,8 @@
 """How the admin shows a job's values: pretty JSON, status pills, dates, ages and deadlines.
 
 Every page writes a date one way (``2026-12-01 10:30:04``, in the current time
-zone), an empty value one way (``—``) and a duration with its unit.
+zone; a list by how far away it is, the date in its tooltip), an empty value
+one way (``—``) and a duration with its unit.
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ def relative(when: datetime | None) -> str:
     return f"in {format_age(seconds)}" if seconds >= 0 else f"{format_age(-seconds)} ago"
 
 
+def in_list(when: datetime | None, what: str = "") -> SafeString | str:
+    """A list's date: how far away it is, ``3 min ago``; the date itself in its tooltip.
+
+    A list is read across, and the date would take twice the width. ``what``
+    names the date in the tooltip (``finished at 2026-12-01 10:30:04``).
+    """
+    if when is None:
+        return EMPTY
+    return format_html('<span title="{}">{}</span>', f"{what} {timestamp(when)}".strip(), relative(when))
+
+
 def with_relative(when: datetime | None) -> SafeString | str:
     if when is None:
         return EMPTY
@@ -173,20 +185,43 @@ def progress_bar(progress: Any) -> SafeString | str:
     parts = _progress_parts(progress)
     if parts is None:
         return EMPTY
+    label = progress_label(progress)
+    return format_html(
+        '<span class="jq-progress-row">{} <span class="jq-progress-label">{}</span></span>',
+        _bar(parts, label),
+        label,
+    )
+
+
+def progress_in_list(progress: Any) -> SafeString | str:
+    """A list cell's progress: a small bar and the share done, ``42%`` (the count, without a total).
+
+    The whole label, counts and message, is the tooltip: a list is read
+    across, and a message as long as a sentence would take the row's width.
+    """
+    parts = _progress_parts(progress)
+    if parts is None:
+        return EMPTY
     current, total, _message = parts
     label = progress_label(progress)
-    if total is None:
-        bar = format_html('<progress class="jq-progress" aria-label="{}"></progress>', label)
-    else:
-        shown = min(current, total)
-        bar = format_html(
-            '<progress class="jq-progress" max="{}" value="{}" aria-label="{}"></progress>',
-            total,
-            shown,
-            label,
-        )
+    short = f"{_percent(current, total)}%" if total is not None else _number(current)
     return format_html(
-        '<span class="jq-progress-row">{} <span class="jq-progress-label">{}</span></span>', bar, label
+        '<span class="jq-progress-row" title="{}">{} <span class="jq-progress-label">{}</span></span>',
+        label,
+        _bar(parts, label),
+        short,
+    )
+
+
+def _bar(parts: tuple[float, float | None, str], label: str) -> SafeString:
+    current, total, _message = parts
+    if total is None:
+        return format_html('<progress class="jq-progress" aria-label="{}"></progress>', label)
+    return format_html(
+        '<progress class="jq-progress" max="{}" value="{}" aria-label="{}"></progress>',
+        total,
+        min(current, total),
+        label,
     )
 
 

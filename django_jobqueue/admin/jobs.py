@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -37,7 +38,7 @@ from .display import (
     preformatted,
     pretty_json,
     pretty_payload,
-    progress_bar,
+    progress_in_list,
     relative,
     seconds,
     time_limit,
@@ -93,8 +94,7 @@ class JobAdmin(OperatorAdmin):
         "job_priority",
         "attempts_of_max",
         "progress_of_running",
-        "due",
-        "age",
+        "when",
     )
     list_display_links = ("id", "job_name")
     # Columns are methods, so that a crafted ?o= cannot sort a million rows by an unindexed column.
@@ -195,17 +195,11 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="progress")
     def progress_of_running(self, job: Job) -> SafeString | str:
         # The row is loaded whole already: no query per row. Only a running job's progress is news.
-        return progress_bar(job.progress) if job.status == JobStatus.RUNNING else EMPTY
+        return progress_in_list(job.progress) if job.status == JobStatus.RUNNING else EMPTY
 
-    @admin.display(description="run at")
-    def due(self, job: Job) -> SafeString | str:
-        if job.status != JobStatus.READY:
-            return EMPTY
-        return format_html('<span title="{}">{}</span>', timestamp(job.run_at), relative(job.run_at))
-
-    @admin.display(description="age")
-    def age(self, job: Job) -> str:
-        return format_age((timezone.now() - job.created_at).total_seconds())
+    @admin.display(description="when")
+    def when(self, job: Job) -> SafeString:
+        return time_in_status(job)
 
     # -- detail fields ---------------------------------------------------------
 
@@ -467,6 +461,36 @@ def status_pill(job: Job) -> SafeString:
         # The owner, in the pill's tooltip: a column of its own would be empty on most rows.
         return pill(job.status, job.status, title=f"claimed by {job.locked_by or EMPTY}")
     return pill(job.status, job.status)
+
+
+def time_in_status(job: Job) -> SafeString:
+    """The one time a list row needs, read beside its status: ready *for 3 min*, scheduled *in 7 min*,
+    running *for 2 min*, done *3 min ago*. The tooltip has the date, and when the job was enqueued.
+
+    A ready job counts from its ``run_at`` (as the overview's "oldest ready waits"), a running
+    one from its claim, a waiting one from its enqueue; a finished one says when it ended.
+    """
+    now = timezone.now()
+    enqueued = f"enqueued at {timestamp(job.created_at)}"
+
+    def shown(text: str, what: str = "", when: datetime | None = None) -> SafeString:
+        title = f"{what} {timestamp(when)}; {enqueued}" if what else enqueued
+        return format_html('<span title="{}">{}</span>', title, text)
+
+    def since(when: datetime) -> str:
+        return f"for {format_age((now - when).total_seconds())}"
+
+    if job.status == JobStatus.READY:
+        if job.run_at > now:
+            return shown(relative(job.run_at), "runs at", job.run_at)
+        return shown(since(job.run_at), "due since", job.run_at)
+    if job.status == JobStatus.RUNNING and job.last_attempted_at is not None:
+        return shown(since(job.last_attempted_at), "claimed at", job.last_attempted_at)
+    if job.status in (JobStatus.RUNNING, JobStatus.WAITING):
+        return shown(since(job.created_at))
+    if job.finished_at is not None:
+        return shown(relative(job.finished_at), "finished at", job.finished_at)
+    return shown(EMPTY)
 
 
 EARLIER_ERROR = "Error of an earlier attempt"

@@ -27,7 +27,7 @@ from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
 from .base import TitledAdmin
-from .display import EMPTY, pill, slots, timestamp, with_relative
+from .display import EMPTY, cut, in_list, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -210,11 +210,12 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
 class WorkerAdmin(TitledAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
-    list_display = ("worker_id", "hostname", "pid", "serves", "slots", "started", "heartbeat")
-    # The detail page shows the same values the same way (Django's own would write
+    # Long ids, host names and queue lists cut to their columns, times by how far away they are.
+    list_display = ("worker", "host", "pid", "queues_served", "slots", "started_ago", "heartbeat_ago")
+    # The detail page shows the same values whole (Django's own would write
     # an empty queue list as "-" and dates in another format).
-    fields = list_display
-    readonly_fields = list_display
+    fields = ("worker_id", "hostname", "pid", "serves", "slots", "started", "heartbeat")
+    readonly_fields = fields
     ordering = ("worker_id",)
     show_facets = admin.ShowFacets.NEVER
     empty_value_display = EMPTY
@@ -236,6 +237,14 @@ class WorkerAdmin(TitledAdmin):
         queryset = super().get_queryset(request).using(QueueClient().using)
         return queryset.annotate(database_now=Now())
 
+    @admin.display(description="worker id")
+    def worker(self, worker: Worker) -> SafeString | str:
+        return cut(worker.worker_id)
+
+    @admin.display(description="hostname")
+    def host(self, worker: Worker) -> SafeString | str:
+        return cut(worker.hostname)
+
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:
         return ", ".join(worker.queues) if worker.queues else "every queue"
@@ -244,13 +253,28 @@ class WorkerAdmin(TitledAdmin):
     def slots(self, worker: Worker) -> str:
         return slots(worker.concurrency, worker.min_concurrency, worker.max_concurrency)
 
+    @admin.display(description="queues")
+    def queues_served(self, worker: Worker) -> SafeString | str:
+        return cut(self.serves(worker))
+
+    @admin.display(description="started")
+    def started_ago(self, worker: Worker) -> SafeString | str:
+        return in_list(worker.started_at, "started at")
+
+    @admin.display(description="last heartbeat")
+    def heartbeat_ago(self, worker: Worker) -> SafeString:
+        return self.late(worker, in_list(worker.last_heartbeat, "last heartbeat at"))
+
     @admin.display(description="started at")
     def started(self, worker: Worker) -> str:
         return timestamp(worker.started_at)
 
     @admin.display(description="last heartbeat")
     def heartbeat(self, worker: Worker) -> SafeString:
-        shown = with_relative(worker.last_heartbeat)
+        return self.late(worker, with_relative(worker.last_heartbeat))
+
+    def late(self, worker: Worker, shown: SafeString | str) -> SafeString:
+        """``shown`` (the last heartbeat), marked *late* past ``stats.LATE_HEARTBEAT``."""
         now = getattr(worker, "database_now", None) or timezone.now()
         if (now - worker.last_heartbeat).total_seconds() > stats.LATE_HEARTBEAT:
             return format_html("{} {}", shown, pill("late", "late"))

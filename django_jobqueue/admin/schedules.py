@@ -27,7 +27,16 @@ from ..models import Job, Schedule
 from ..queue.schedules import ScheduleBook
 from .audit import log_schedule_changes
 from .base import OperatorAdmin, OperatorChangeList, parse_id
-from .display import EMPTY, concurrency_limit, cut, pretty_json, pretty_payload, timestamp, with_relative
+from .display import (
+    EMPTY,
+    concurrency_limit,
+    cut,
+    in_list,
+    pretty_json,
+    pretty_payload,
+    timestamp,
+    with_relative,
+)
 from .overview import may_see_jobs
 from .run_now import TOKEN_FIELD, ScheduleActionForm, new_token, posted_token, run_once
 from .schedule_rows import Declarations, annotate, state_of, state_pills
@@ -47,7 +56,16 @@ class ScheduleChangeList(OperatorChangeList):
 
 
 class ScheduleAdmin(OperatorAdmin):
-    list_display = ("schedule_name", "schedule_job", "when", "catch_up", "next_fire", "last_fire", "state")
+    # The list's times read by how far away they are (the dates in their tooltips): a list is read across.
+    list_display = (
+        "schedule_name",
+        "schedule_job",
+        "when_cut",
+        "catch_up",
+        "next_fire_in",
+        "last_fire_ago",
+        "state",
+    )
     list_display_links = ("schedule_name",)
     sortable_by = ()
     ordering = ("name",)
@@ -173,15 +191,33 @@ class ScheduleAdmin(OperatorAdmin):
             return "The row holds another declaration (below): workers that run other code synced it."
         return "As this process declares it, and as the row holds it."
 
+    @admin.display(description="when")
+    def when_cut(self, row: Schedule) -> SafeString | str:
+        shown = state_of(row).shown
+        return cut(shown.when) if shown is not None else EMPTY
+
     @admin.display(description="next fire")
     def next_fire(self, row: Schedule) -> SafeString | str:
         if row.paused:
             return "paused"
         return with_relative(state_of(row).next_fire_at)
 
+    @admin.display(description="next fire")
+    def next_fire_in(self, row: Schedule) -> SafeString | str:
+        if row.paused:
+            return "paused"
+        return in_list(state_of(row).next_fire_at, "fires at")
+
     @admin.display(description="last fire")
     def last_fire(self, row: Schedule) -> SafeString | str:
-        shown = with_relative(row.last_fire_at)
+        return self.with_last_job(row, with_relative(row.last_fire_at))
+
+    @admin.display(description="last fire")
+    def last_fire_ago(self, row: Schedule) -> SafeString | str:
+        return self.with_last_job(row, in_list(row.last_fire_at, "fired at"))
+
+    def with_last_job(self, row: Schedule, shown: SafeString | str) -> SafeString | str:
+        """``shown`` (the last fire's time) and the job it enqueued, a link for those who may see jobs."""
         if row.last_job_id is None:
             return shown
         link, state = f"job #{row.last_job_id}", state_of(row)
