@@ -587,7 +587,8 @@ def seed_long_values(client: QueueClient) -> int:
         hostname=LONG_WORKER.partition(":")[0],
         pid=123456,
         queues=[LONG_QUEUE, "webhooks", "sms"],
-        concurrency=8,
+        concurrency=128,
+        concurrency_range=(16, 512),  # the widest concurrency cell: "128 (range 16–512)"
     )
     client.register_worker("web-1:3187", hostname="web-1", pid=3187, queues=[], concurrency=8)
     Worker.objects.filter(worker_id="web-1:3187").update(last_heartbeat=now - timedelta(seconds=48))
