@@ -183,12 +183,18 @@ def test_a_finished_batch_says_how_many_of_its_jobs_are_no_longer_kept(operator:
 # -- the job and dead letter lists, filtered by batch ------------------------------------
 
 
-def test_the_job_list_filtered_by_batch_names_it_and_can_be_cleared(operator: Client, seeded: Seeded):
+@pytest.mark.parametrize("rows", ["Jobs", "Dead letters"])
+def test_a_list_filtered_by_batch_names_it_and_can_be_cleared(operator: Client, seeded: Seeded, rows: str):
     batch_id = seeded.first.id
-    response = operator.get(JOBS, {"batch": batch_id})
+    url, of_batch, every_row = (
+        (JOBS, set(seeded.jobs.values()), set(seeded.jobs.values()) | seeded.others)
+        if rows == "Jobs"
+        else (DEAD, set(seeded.dead), set(DeadLetter.objects.values_list("pk", flat=True)))
+    )
+    response = operator.get(url, {"batch": batch_id})
     page = text(response)
-    assert heading(page) == f"Jobs of batch #{batch_id}"
-    assert listed(page) == set(seeded.jobs.values())
+    assert heading(page) == f"{rows} of batch #{batch_id}"
+    assert listed(page) == of_batch
     changelist = response.context["cl"]
     assert changelist.has_active_filters
     [spec] = [spec for spec in changelist.filter_specs if spec.title == "batch"]
@@ -198,11 +204,11 @@ def test_the_job_list_filtered_by_batch_names_it_and_can_be_cleared(operator: Cl
     assert f"#{batch_id} {DONE}" in page, "the sidebar names the batch"
     assert "Clear all filters" in page
 
-    # Clearing the batch's filter lists every job again, under the list's own title.
+    # Clearing the batch's filter lists every row again, under the list's own title.
     [every] = [choice for choice in choices if choice["display"] == "All"]
-    cleared = text(operator.get(JOBS + every["query_string"]))
-    assert listed(cleared) == set(seeded.jobs.values()) | seeded.others
-    assert heading(cleared) == "Jobs"
+    cleared = text(operator.get(url + every["query_string"]))
+    assert listed(cleared) == every_row
+    assert heading(cleared) == rows
 
 
 def test_the_batch_filter_goes_with_the_other_filters(operator: Client, seeded: Seeded):
@@ -212,20 +218,6 @@ def test_the_batch_filter_goes_with_the_other_filters(operator: Client, seeded: 
     assert heading(page) == f"Jobs of batch #{batch_id}"
     assert listed(text(operator.get(JOBS, {"batch": seeded.second.id}))) == set(
         Job.objects.filter(batch_id=seeded.second.id).values_list("pk", flat=True)
-    )
-
-
-def test_the_dead_letter_list_filtered_by_batch_names_it_and_can_be_cleared(operator: Client, seeded: Seeded):
-    batch_id = seeded.first.id
-    response = operator.get(DEAD, {"batch": batch_id})
-    page = text(response)
-    assert heading(page) == f"Dead letters of batch #{batch_id}"
-    assert listed(page) == set(seeded.dead)
-    changelist = response.context["cl"]
-    [spec] = [spec for spec in changelist.filter_specs if spec.title == "batch"]
-    [every] = [choice for choice in spec.choices(changelist) if choice["display"] == "All"]
-    assert listed(text(operator.get(DEAD + every["query_string"]))) == set(
-        DeadLetter.objects.values_list("pk", flat=True)
     )
 
 
