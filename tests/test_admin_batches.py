@@ -335,3 +335,19 @@ def test_a_bad_range_is_refused_before_anything_is_written(queue: QueueClient, b
     with pytest.raises(ValueError, match="concurrency_range"):
         queue.register_worker("w", hostname="h", pid=1, queues=[], concurrency=1, concurrency_range=bounds)
     assert not Worker.objects.exists()
+
+
+def test_a_batchs_counts_read_with_thousands_separated_and_sort_the_list(operator: Client, seeded: Seeded):
+    Batch.objects.filter(pk=seeded.first.id).update(total=12_000, done=9_017, failed=1_200)
+    Batch.objects.filter(pk=seeded.second.id).update(total=40, done=31)
+    page = text(operator.get(BATCHES))
+    assert "9,017" in page and "1,200" in page
+    assert "12,000" in text(operator.get(batch_url(seeded.first.id)))
+
+    # Sorted by the done column (the fourth), most first, then least first.
+    def order(query: str) -> list[int]:
+        found = re.findall(r"/batch/(\d+)/change/", text(operator.get(BATCHES + query)))
+        return [int(pk) for pk in dict.fromkeys(found)]
+
+    assert order("?o=-4") == [seeded.first.id, seeded.second.id]
+    assert order("?o=4") == [seeded.second.id, seeded.first.id]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin
 from django.db.models import Count, QuerySet
@@ -49,6 +51,16 @@ def rows_of(batch: Batch) -> BatchRows:
     return rows
 
 
+def count_of(field: str) -> Callable[[Any, Batch], str]:
+    """A column of one of the batch's counts, with thousands separated (``9,017``) as the page's others."""
+
+    @admin.display(description=field, ordering=field)
+    def column(admin_page: Any, batch: Batch) -> str:
+        return f"{getattr(batch, field):,}"
+
+    return column
+
+
 class BatchAdmin(TitledAdmin):
     """``batch()``'s rows: how far each batch is, and the callback it enqueued once finished."""
 
@@ -57,9 +69,9 @@ class BatchAdmin(TitledAdmin):
         "id",
         "callback_name",
         "share_finished",
-        "done",
-        "failed",
-        "cancelled",
+        "done_count",
+        "failed_count",
+        "cancelled_count",
         "created_ago",
         "finished_ago",
         "callback_link",
@@ -69,10 +81,10 @@ class BatchAdmin(TitledAdmin):
         "on_finish",
         "payload",
         "progress",
-        "total",
-        "done",
-        "failed",
-        "cancelled",
+        "total_count",
+        "done_count",
+        "failed_count",
+        "cancelled_count",
         "outstanding",
         "jobs",
         "dead_letters",
@@ -82,6 +94,10 @@ class BatchAdmin(TitledAdmin):
     )
     readonly_fields = fields
     ordering = ("-id",)
+    total_count = count_of("total")
+    done_count = count_of("done")
+    failed_count = count_of("failed")
+    cancelled_count = count_of("cancelled")
     search_fields = ("on_finish",)
     show_facets = admin.ShowFacets.NEVER
     empty_value_display = EMPTY
