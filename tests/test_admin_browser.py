@@ -274,8 +274,19 @@ def test_a_jobs_dependencies_line_up_with_its_other_values(page, live_server, qu
         link = page.locator(f".field-{field} li a").first.bounding_box()
         assert value is not None and link is not None, field
         assert abs(link["x"] - value["x"]) <= 2, f"{field} starts {link['x'] - value['x']:.0f} px off"
+        # Where a value stands to its label is the admin's: beside it (Django 5.2), or under it
+        # (Django 6). The list's box stands where the name's does, its first line at its top.
+        name_label = page.locator(".field-name label").bounding_box()
         label = page.locator(f".field-{field} label").bounding_box()
-        assert label is not None and abs(link["y"] - label["y"]) <= 12, f"{field} beside its label"
+        box = page.locator(f".field-{field} div.readonly").bounding_box()
+        assert label is not None and name_label is not None and box is not None, field
+        below, name_below = box["y"] - label["y"], value["y"] - name_label["y"]
+        assert abs(below - name_below) <= 2, (
+            f"{field} {below:.0f} px below its label, the name {name_below:.0f}"
+        )
+        assert 0 <= link["y"] - box["y"] <= 12, (
+            f"{field}'s first line {link['y'] - box['y']:.0f} px down its box"
+        )
 
 
 # -- screenshots -------------------------------------------------------------------
