@@ -45,3 +45,40 @@ def test_no_module_but_an_engine_asks_which_database_it_is_on():
             where = f"{path.relative_to(PACKAGE)}:{number}"
             assert not VENDOR_TEST.search(line), f"{where} tests the database's name; ask its engine: {line}"
     assert checked > 40
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, around a circle (Tarjan's strongly connected parts)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for imported in sorted(graph.get(module, ())):
+            if imported not in graph:
+                continue
+            if imported not in order:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], order[imported])
+        if low[module] == order[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return cycles
+
+
+def test_no_modules_import_each_other():
+    """Not even for type hints: a circle ties modules that must be read, moved and tested together."""
+    graph = {module_name(path): imported_by(path) for path in PACKAGE.rglob("*.py")}
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles(graph) == []

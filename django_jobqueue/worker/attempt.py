@@ -49,7 +49,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from django.db import connections, transaction
@@ -60,22 +60,9 @@ from ..models import Job
 from ..queue import QueueClient
 from ..queue.validation import encode_result, to_seconds
 from .context import JobContext
-from .outcomes import Action, Outcome
+from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import ProgressReport
 from .tracing import traced_run
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What to tell the queue about one run."""
-
-    action: Action
-    result: Any = None
-    error: str = ""
-    traceback: str = ""
-    delay: Any = None
-    # The attempt ran past the job's time limit: its history entry says ``timeout``.
-    timed_out: bool = False
 
 
 class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
@@ -143,25 +130,6 @@ def _exception_name(exc: BaseException, qualified: bool) -> str:
     if not qualified or kind.__module__ in ("builtins", "__main__"):
         return kind.__name__
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-@dataclass
-class Attempt:
-    """What one run of a job's code came to."""
-
-    verdict: Verdict
-    task_run: Any = None  # a Django Task's TaskRun, whose signals follow the outcome
-    # What the job raised, if anything (the executor asks whether it was a failure to connect).
-    raised: BaseException | None = None
-    # In a child process, instead: whether what it raised was its first query failing to connect.
-    unstarted: bool = False
-    # Not empty if the child process running it died: how (the job's effects are unknown).
-    died: str = ""
-    # True if its child process was gone before it was even sent the job: it never ran.
-    unsent: bool = False
-    # An atomic job's ack, written in its own transaction: DONE if it committed, LOST if the
-    # fence refused it (everything rolled back). None: the executor writes the verdict.
-    settled: Outcome | None = None
 
 
 def timeout_verdict(job: Job, control: Any, attempt: Attempt | None) -> Verdict:

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from ..collector import keep_out_of_collections
 from ..exceptions import JobTimeout
 from .control import StopReason
-from .outcomes import Action
+from .outcomes import Action, Attempt
 from .pipes import (
     ANSWER,
     DONE,
@@ -75,7 +75,6 @@ from .pipes import (
 
 if TYPE_CHECKING:  # imported once Django is set up: the child may be the one to set it up
     from ..models import Job
-    from .attempt import Attempt
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ from django.db import connections
 from ..models import Job
 from ..queue import QueueClient, engine_for
 from ..queue.progress import check_progress
-from .progress import DirectProgress, PendingProgress, ProgressReport
+from .pending import PendingProgress
+from .progress import DirectProgress, ProgressReport
 
 
 def _never() -> bool:

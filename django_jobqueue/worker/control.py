@@ -33,7 +33,7 @@ from .outcomes import Outcome
 
 if TYPE_CHECKING:
     from ..models import Job
-    from .progress import PendingProgress
+    from .pending import PendingProgress
 
 
 class StopReason(enum.StrEnum):

@@ -53,11 +53,11 @@ from django.db.backends.signals import connection_created
 
 from ..models import Job
 from ..queue import QueueClient
-from .attempt import Attempt, Verdict, run_job, timeout_verdict
+from .attempt import run_job, timeout_verdict
 from .completer import Answer, Completer, Report
 from .control import RunControl, StopReason, ThreadTarget
 from .outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
-from .outcomes import Action, Outcome
+from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import DirectProgress, ProgressReport, ProgressSink, reporter
 from .watchdog import Attempts, Watchdog
 

@@ -1,8 +1,15 @@
-"""What a run of a job comes to: the verdict's action, and the outcome its line logs."""
+"""What a run of a job comes to: its verdict for the queue, and the outcome its line logs.
+
+The words every part of the run speaks (``attempt.py`` makes an ``Attempt``,
+``tracing.py`` and ``executor.py`` read it), kept apart so that none of them
+imports another for them.
+"""
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 
 class Action(enum.Enum):
@@ -30,3 +37,35 @@ class Outcome(enum.StrEnum):
     LOST = "lost"  # the claim was no longer this worker's: the write was refused
     UNRECORDED = "unrecorded"  # the database failed while the outcome was written
     PENDING = "pending"  # not known yet: the completer writes the ack and logs the line
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to tell the queue about one run."""
+
+    action: Action
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+    delay: Any = None
+    # The attempt ran past the job's time limit: its history entry says ``timeout``.
+    timed_out: bool = False
+
+
+@dataclass
+class Attempt:
+    """What one run of a job's code came to."""
+
+    verdict: Verdict
+    task_run: Any = None  # a Django Task's TaskRun, whose signals follow the outcome
+    # What the job raised, if anything (the executor asks whether it was a failure to connect).
+    raised: BaseException | None = None
+    # In a child process, instead: whether what it raised was its first query failing to connect.
+    unstarted: bool = False
+    # Not empty if the child process running it died: how (the job's effects are unknown).
+    died: str = ""
+    # True if its child process was gone before it was even sent the job: it never ran.
+    unsent: bool = False
+    # An atomic job's ack, written in its own transaction: DONE if it committed, LOST if the
+    # fence refused it (everything rolled back). None: the executor writes the verdict.
+    settled: Outcome | None = None

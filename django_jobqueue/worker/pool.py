@@ -30,9 +30,8 @@ from typing import Any
 
 from ..models import Job
 from ..queue.rows import JOB_FIELDS
-from .attempt import Attempt, Verdict
 from .control import RunControl, StopReason
-from .outcomes import Action
+from .outcomes import Action, Attempt, Verdict
 from .pipes import (
     DONE,
     EXACT_TIMESTAMPS,

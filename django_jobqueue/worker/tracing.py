@@ -19,15 +19,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..exceptions import JobCancelled, JobTimeout
 from ..models import Job
 from ..queue.tracing import MESSAGING_SYSTEM, OPENTELEMETRY, Carrier, tracer
-from .outcomes import Action
-
-if TYPE_CHECKING:
-    from .attempt import Attempt  # which calls traced_run
+from .outcomes import Action, Attempt
 
 logger = logging.getLogger(__name__)
 
