@@ -217,7 +217,7 @@ def test_connections_of_a_worker_at_max_and_after_it_shrank(
     ],
 )
 def test_bad_concurrency_is_refused(value: str, says: str):
-    from django_jobqueue.management.commands.runworker import concurrency
+    from django_jobqueue.management.arguments import concurrency
 
     with pytest.raises(Exception, match=re.escape(says)):
         concurrency(value)

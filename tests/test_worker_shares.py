@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from django_jobqueue.management.commands.runworker import queue_and_weight
+from django_jobqueue.management.arguments import queue_and_weight
 from django_jobqueue.models import Job
 from django_jobqueue.worker.shares import QueueShares
 

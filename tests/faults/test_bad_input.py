@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_jobqueue import enqueue, job, registry
-from django_jobqueue.management.commands.runworker import queue_and_weight
+from django_jobqueue.management.arguments import queue_and_weight
 from django_jobqueue.models import DeadLetter, Job, Worker
 from django_jobqueue.queue.validation import MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from tests.test_queue_validation import BAD_OPTIONS, BAD_PAYLOADS
