@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .decorators import job
     from .enqueueing import enqueue, enqueue_many
     from .queue import QueueClient, batch
-    from .worker.context import JobContext
+    from .worker.run.context import JobContext
 
 _LAZY = {
     "job": "django_jobqueue.decorators",
@@ -33,7 +33,7 @@ _LAZY = {
     "enqueue": "django_jobqueue.enqueueing",
     "enqueue_many": "django_jobqueue.enqueueing",
     "QueueClient": "django_jobqueue.queue",
-    "JobContext": "django_jobqueue.worker.context",
+    "JobContext": "django_jobqueue.worker.run.context",
 }
 
 __all__ = [

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from django_jobqueue import JobContext, QueueClient, job, registry
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.worker.executor import Executor
-from django_jobqueue.worker.outcomes import Outcome
+from django_jobqueue.worker.run.executor import Executor
+from django_jobqueue.worker.run.outcomes import Outcome
 
 from . import atomic_jobs
 from .atomic_jobs import PAUSES, effects

@@ -32,8 +32,8 @@ DASHBOARD = DOCS / "grafana" / "jobqueue-dashboard.json"
 # The worker's series (runworker --metrics-port): read off a real worker's registry.
 def _worker_families() -> dict[str, str]:
     """Every family a worker's registry exports, by name, with its type: read off a real one."""
-    from django_jobqueue.worker.metrics import WorkerMetrics
-    from django_jobqueue.worker.watchdog import Attempts
+    from django_jobqueue.worker.run.watchdog import Attempts
+    from django_jobqueue.worker.services.metrics import WorkerMetrics
 
     registry = WorkerMetrics(Attempts(), 1).registry
     return {family.name: family.type for family in registry.collect()}

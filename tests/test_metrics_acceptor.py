@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from django_jobqueue.worker.acceptor import (
+from django_jobqueue.worker.services.acceptor import (
     MAX_HEAD_BYTES,
     MAX_REQUESTS,
     MAX_WAITING,

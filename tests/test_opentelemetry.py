@@ -27,8 +27,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 import tests.otel_jobs  # noqa: F401 - registers the otel.* jobs
 from django_jobqueue import enqueue_many
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.worker.executor import Executor
-from django_jobqueue.worker.outcomes import Outcome
+from django_jobqueue.worker.run.executor import Executor
+from django_jobqueue.worker.run.outcomes import Outcome
 from tests.otel_jobs import SPANS_FILE, exported_spans
 from tests.worker_support import ROOT, database_url
 
@@ -323,7 +323,7 @@ WITHOUT_OPENTELEMETRY = textwrap.dedent(
     django.setup()
     from django_jobqueue import enqueue_many, QueueClient
     from django_jobqueue.queue import tracing
-    from django_jobqueue.worker.executor import Executor
+    from django_jobqueue.worker.run.executor import Executor
     import tests.jobs_for_workers
 
     queue = QueueClient()
@@ -360,7 +360,7 @@ def test_the_worker_sees_a_provider_exactly_when_the_api_gives_one():
     script = (
         "from opentelemetry import trace\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"
-        "from django_jobqueue.worker.tracing import _no_provider\n"
+        "from django_jobqueue.worker.run.tracing import _no_provider\n"
         "before = (_no_provider(trace), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))\n"
         "trace.set_tracer_provider(TracerProvider())\n"
         "after = (_no_provider(trace), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))\n"

@@ -18,10 +18,10 @@ from django.utils import timezone
 import tests.progress_jobs  # noqa: F401 - registers the jobs run in this process
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.worker.context import JobContext
-from django_jobqueue.worker.executor import Executor
-from django_jobqueue.worker.outcomes import Outcome
-from django_jobqueue.worker.progress import ProgressWriter
+from django_jobqueue.worker.run.context import JobContext
+from django_jobqueue.worker.run.executor import Executor
+from django_jobqueue.worker.run.outcomes import Outcome
+from django_jobqueue.worker.run.progress import ProgressWriter
 from tests.jobs_for_workers import events
 from tests.worker_support import WorkerProcess, wait_until
 

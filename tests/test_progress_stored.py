@@ -20,8 +20,8 @@ from django.urls import reverse
 import tests.progress_jobs  # noqa: F401 - registers the jobs run in this process
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.worker.executor import Executor
-from django_jobqueue.worker.outcomes import Outcome
+from django_jobqueue.worker.run.executor import Executor
+from django_jobqueue.worker.run.outcomes import Outcome
 
 WORKER = "progress-test"
 JOBS = reverse("admin:django_jobqueue_job_changelist")

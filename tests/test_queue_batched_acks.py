@@ -178,7 +178,7 @@ def test_the_wait_for_acks_ends_with_the_last_one_it_waits_for():
 
 def test_the_reporter_holds_the_lines_of_a_round_until_the_loop_waits_on_the_database():
     from django_jobqueue.worker.completer import PendingAck, Reporter
-    from django_jobqueue.worker.outcomes import Outcome
+    from django_jobqueue.worker.run.outcomes import Outcome
 
     told: list[tuple[int, Outcome]] = []
     reporter = Reporter()  # not started: it tells in the caller's thread

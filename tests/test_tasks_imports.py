@@ -26,7 +26,7 @@ TASKS_MODULES = [
     "django_jobqueue.tasks.options",
     "django_jobqueue.tasks.backend",
     "django_jobqueue.backends",
-    "django_jobqueue.worker.tasks",
+    "django_jobqueue.worker.run.tasks",
 ]
 
 FIRST_IMPORT = """

@@ -21,7 +21,7 @@ from django.db import connection
 
 from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import DeadLetter, Job, Worker
-from django_jobqueue.worker.autoscale import SlotPolicy, SlotRange
+from django_jobqueue.worker.pools.autoscale import SlotPolicy, SlotRange
 from tests.jobs_for_workers import events
 from tests.worker_support import ROOT, database_url, wait_until
 

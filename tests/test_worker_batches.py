@@ -26,10 +26,10 @@ import pytest
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
-from django_jobqueue.worker import child
-from django_jobqueue.worker.control import StopReason
-from django_jobqueue.worker.pipes import ANSWER, DONE, SKIPPED
-from django_jobqueue.worker.prefetch import BATCH_SECONDS, MAX_DEPTH, Depth, HandOff
+from django_jobqueue.worker.pools.processes import child
+from django_jobqueue.worker.pools.processes.pipes import ANSWER, DONE, SKIPPED
+from django_jobqueue.worker.pools.processes.prefetch import BATCH_SECONDS, MAX_DEPTH, Depth, HandOff
+from django_jobqueue.worker.run.control import StopReason
 from tests.jobs_for_workers import events
 from tests.worker_support import wait_until
 

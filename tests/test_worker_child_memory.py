@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from django_jobqueue.models import Job
-from django_jobqueue.worker.child import _Resident
+from django_jobqueue.worker.pools.processes.child import _Resident
 from tests.jobs_for_workers import events
 
 MB = 1024 * 1024

@@ -20,8 +20,8 @@ from django_jobqueue import QueueClient, job
 from django_jobqueue.models import Job
 from django_jobqueue.queue.rows import JOB_FIELDS, loaded_job
 from django_jobqueue.worker.completer import Completer
-from django_jobqueue.worker.executor import Executor
-from django_jobqueue.worker.outcomes import Outcome
+from django_jobqueue.worker.run.executor import Executor
+from django_jobqueue.worker.run.outcomes import Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 

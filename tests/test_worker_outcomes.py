@@ -6,8 +6,8 @@ import logging
 import re
 from pathlib import Path
 
-from django_jobqueue.worker.executor import OUTCOME_LOG_LEVELS
-from django_jobqueue.worker.outcomes import Outcome
+from django_jobqueue.worker.run.executor import OUTCOME_LOG_LEVELS
+from django_jobqueue.worker.run.outcomes import Outcome
 
 WORKERS_DOC = Path(__file__).resolve().parent.parent / "docs" / "workers.md"
 
@@ -37,7 +37,7 @@ def test_an_outcome_logs_as_its_word():
 def test_a_job_line_is_the_record_logger_log_would_make(caplog):
     """Made without the logging module's search of the stack, and still through the logger's filters."""
     from django_jobqueue.models import Job
-    from django_jobqueue.worker.executor import Executor, logger
+    from django_jobqueue.worker.run.executor import Executor, logger
 
     executor = Executor(None, "w")  # type: ignore[arg-type]
     job = Job(id=7, name="tests.noop", queue="q", attempts=1, max_attempts=3)

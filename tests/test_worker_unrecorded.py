@@ -11,9 +11,9 @@ from django.db import connection
 
 from django_jobqueue import job
 from django_jobqueue.models import Job
-from django_jobqueue.worker.executor import Executor
 from django_jobqueue.worker.outage import Shortage
-from django_jobqueue.worker.outcomes import Outcome
+from django_jobqueue.worker.run.executor import Executor
+from django_jobqueue.worker.run.outcomes import Outcome
 
 REFUSED = "tests.unrecorded.refused"
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from ..queue.validation import check_queue
-from ..worker.autoscale import SlotRange
+from ..worker.pools.autoscale import SlotRange
 
 # Each slot is a thread (or a child process) and a database connection.
 MAX_CONCURRENCY = 1000

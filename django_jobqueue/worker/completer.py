@@ -43,7 +43,7 @@ from typing import Any
 from ..models import Job
 from ..queue import QueueClient
 from .outage import DATABASE_ERRORS, close_connection
-from .outcomes import Outcome
+from .run.outcomes import Outcome
 from .service import Service
 
 logger = logging.getLogger(__name__)

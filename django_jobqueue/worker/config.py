@@ -7,9 +7,9 @@ import secrets
 import socket
 from dataclasses import dataclass
 
-from .autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
-from .executor import DEFAULT_CANCEL_GRACE
-from .pool import ChildLimits
+from .pools.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
+from .pools.processes.pool import ChildLimits
+from .run.executor import DEFAULT_CANCEL_GRACE
 
 
 def default_worker_id() -> str:

@@ -53,24 +53,24 @@ from ..queue import QueueClient
 from ..schedules import declared_schedules
 from .completer import Completer, PendingAck
 from .config import WorkerConfig
-from .control import RunControl, StopReason
-from .executor import Executor
-from .heartbeat import Heartbeat
 from .outage import DATABASE_ERRORS, Outage, Shortage, listen
-from .pool import ChildStartError
-from .progress import ProgressWriter
+from .pools.processes.pool import ChildStartError
+from .pools.slots import Slots
+from .run.control import RunControl, StopReason
+from .run.executor import Executor
+from .run.progress import ProgressWriter
+from .run.watchdog import Attempts, CancelWatch, Watchdog
 from .running import RunningJobs
-from .scheduler import Scheduler
+from .services.heartbeat import Heartbeat
+from .services.scheduler import Scheduler
+from .services.signals import StopSignals
+from .services.ticker import WORKER_STALE_AFTER, Ticker, tick_interval
+from .services.wakeup import Wakeup
 from .shares import QueueShares
-from .signals import StopSignals
-from .slots import Slots
-from .ticker import WORKER_STALE_AFTER, Ticker, tick_interval
-from .wakeup import Wakeup
-from .watchdog import Attempts, CancelWatch, Watchdog
 
 if TYPE_CHECKING:
-    from .health import Health, MetricsServer
-    from .metrics import WorkerMetrics
+    from .services.health import Health, MetricsServer
+    from .services.metrics import WorkerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +137,8 @@ class Supervisor:
 
     def _observe(self) -> None:
         """Keep the worker's series, and prepare the endpoint that serves them and its health."""
-        from .health import Health, MetricsServer
-        from .metrics import WorkerMetrics
+        from .services.health import Health, MetricsServer
+        from .services.metrics import WorkerMetrics
 
         metrics = WorkerMetrics(self.executor.attempts, self.config.concurrency)
         self.metrics = metrics

@@ -16,7 +16,7 @@ from . import provider
 from .models import Account
 
 if TYPE_CHECKING:
-    from django_jobqueue.worker.context import JobContext
+    from django_jobqueue.worker.run.context import JobContext
 
 
 @job(name="send_otp", queue="otp", max_attempts=4, visibility_timeout=30, takes_context=True)

@@ -18,11 +18,11 @@ from ...loader import load_job_modules
 from ...queue.flow import configured_limits
 from ...queue.validation import check_poll_interval, check_visibility_timeout, check_worker_id
 from ...schedules import ScheduleError, declared_schedules
-from ...worker.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
 from ...worker.config import WorkerConfig, default_worker_id
 from ...worker.console import LOG_FORMATS, console_logging
-from ...worker.executor import DEFAULT_CANCEL_GRACE
-from ...worker.pool import ChildLimits
+from ...worker.pools.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
+from ...worker.pools.processes.pool import ChildLimits
+from ...worker.run.executor import DEFAULT_CANCEL_GRACE
 from ...worker.supervisor import run_worker
 from ..arguments import (
     MAX_CONCURRENCY,

@@ -19,10 +19,10 @@ from typing import Any
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ..models import Job
-from ..tasks.backend import JobQueueBackend
-from ..tasks.compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
-from ..tasks.rows import resolve_task, result_from_job, task_error, task_for_row
+from ...models import Job
+from ...tasks.backend import JobQueueBackend
+from ...tasks.compat import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
+from ...tasks.rows import resolve_task, result_from_job, task_error, task_for_row
 from .outcomes import Outcome
 
 logger = logging.getLogger(__name__)

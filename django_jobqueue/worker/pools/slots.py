@@ -35,16 +35,16 @@ from collections.abc import Callable, Iterable
 
 from django.db import connections
 
-from ..models import Job
-from ..queue import QueueClient
+from ...models import Job
+from ...queue import QueueClient
+from ..config import WorkerConfig
+from ..outage import DATABASE_ERRORS
+from ..run.executor import Executor
+from ..run.outcomes import Outcome
+from ..running import RunningJobs
 from .autoscale import SlotPolicy
-from .config import WorkerConfig
-from .executor import Executor
-from .outage import DATABASE_ERRORS
-from .outcomes import Outcome
-from .pool import Child, ChildStartError
-from .prefetch import Depth, HandOff
-from .running import RunningJobs
+from .processes.pool import Child, ChildStartError
+from .processes.prefetch import Depth, HandOff
 
 logger = logging.getLogger(__name__)
 

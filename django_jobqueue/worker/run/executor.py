@@ -51,17 +51,18 @@ from typing import Any, Protocol
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from ..models import Job
-from ..queue import QueueClient
+from ...models import Job
+from ...queue import QueueClient
+from ..completer import Answer, Completer, Report
+from ..outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .attempt import run_job, timeout_verdict
-from .completer import Answer, Completer, Report
 from .control import RunControl, StopReason, ThreadTarget
-from .outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import DirectProgress, ProgressReport, ProgressSink, reporter
 from .watchdog import Attempts, Watchdog
 
-logger = logging.getLogger(__name__)
+# The job lines' logger keeps the name the docs give it (docs/observability.md, performance.md).
+logger = logging.getLogger("django_jobqueue.worker.executor")
 
 # Characters of an error's first line in its log line; a message may be megabytes long.
 LOGGED_ERROR_CHARS = 500
@@ -94,7 +95,7 @@ def _note_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
     _this_thread.opened.append(connection.alias)
 
 
-connection_created.connect(_note_connection, dispatch_uid="django_jobqueue.worker.executor")
+connection_created.connect(_note_connection, dispatch_uid="django_jobqueue.worker.run.executor")
 
 
 def close_held_connections() -> None:

@@ -17,9 +17,9 @@ import random
 import time
 from collections.abc import Callable
 
-from ..queue import QueueClient
-from .outage import DATABASE_ERRORS, Outage
-from .service import Service
+from ...queue import QueueClient
+from ..outage import DATABASE_ERRORS, Outage
+from ..service import Service
 
 logger = logging.getLogger(__name__)
 

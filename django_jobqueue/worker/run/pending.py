@@ -6,7 +6,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..models import Job
+    from ...models import Job
 
 
 class PendingProgress:

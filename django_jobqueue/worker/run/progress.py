@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import connections
 
-from ..queue import QueueClient
-from .outage import DATABASE_ERRORS, Outage, close_connection
+from ...queue import QueueClient
+from ..outage import DATABASE_ERRORS, Outage, close_connection
+from ..service import Service
 from .pending import PendingProgress
-from .service import Service
 
 if TYPE_CHECKING:
     from .control import RunControl

@@ -54,11 +54,11 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .. import registry
-from ..exceptions import Fail, Retry, UnknownJobError
-from ..models import Job
-from ..queue import QueueClient
-from ..queue.validation import encode_result, to_seconds
+from ... import registry
+from ...exceptions import Fail, Retry, UnknownJobError
+from ...models import Job
+from ...queue import QueueClient
+from ...queue.validation import encode_result, to_seconds
 from .context import JobContext
 from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import ProgressReport

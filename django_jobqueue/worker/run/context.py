@@ -9,9 +9,9 @@ from typing import Any
 
 from django.db import connections
 
-from ..models import Job
-from ..queue import QueueClient, engine_for
-from ..queue.progress import check_progress
+from ...models import Job
+from ...queue import QueueClient, engine_for
+from ...queue.progress import check_progress
 from .pending import PendingProgress
 from .progress import DirectProgress, ProgressReport
 

@@ -58,10 +58,10 @@ from multiprocessing.connection import Connection, wait
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..collector import keep_out_of_collections
-from ..exceptions import JobTimeout
-from .control import StopReason
-from .outcomes import Action, Attempt
+from ....collector import keep_out_of_collections
+from ....exceptions import JobTimeout
+from ...run.control import StopReason
+from ...run.outcomes import Action, Attempt
 from .pipes import (
     ANSWER,
     DONE,
@@ -74,7 +74,7 @@ from .pipes import (
 )
 
 if TYPE_CHECKING:  # imported once Django is set up: the child may be the one to set it up
-    from ..models import Job
+    from ....models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
         target=_watch, args=(control, running, sender), name="jobqueue-child-watch", daemon=True
     ).start()
     jobs.send(("ready", os.getpid()))
-    from ..queue.rows import JOB_FIELDS, loaded_job
+    from ....queue.rows import JOB_FIELDS, loaded_job
 
     datetimes = datetime_indexes(JOB_FIELDS)
     while True:
@@ -162,7 +162,7 @@ def main(jobs: Connection, control: Connection, worker_id: str, using: str, verb
         jobs_of_batch = [loaded_job(using, datetimes_from_timestamps(values, datetimes)) for values in batch]
         _run_batch(jobs_of_batch, sender, running, worker_id, client, resident)
     _close_connections()
-    from .tracing import flush_spans
+    from ...run.tracing import flush_spans
 
     flush_spans()  # a child exits without atexit, where a tracer provider would export the rest
 
@@ -217,8 +217,8 @@ def _ready(verbosity: int, using: str) -> Any:
     from .preload import prepare
 
     prepare()
-    from ..queue import QueueClient
-    from .console import console_logging
+    from ....queue import QueueClient
+    from ...console import console_logging
 
     # The worker's console lines, as the parent prints them, for what is logged through ours; for
     # the child's whole life, so never exited.
@@ -230,9 +230,9 @@ def _run(
     job: Job, sender: _Sender, running: _Running, worker_id: str, client: Any
 ) -> tuple[Attempt, dict[str, Any] | None]:
     """Run ``job`` (the running one); return its attempt and its last progress report not sent yet."""
-    from .attempt import run_job
-    from .executor import close_held_connections
-    from .outage import failed_to_connect
+    from ...outage import failed_to_connect
+    from ...run.attempt import run_job
+    from ...run.executor import close_held_connections
 
     close_held_connections()
     notes = _ProgressNotes(sender, running)
@@ -432,6 +432,6 @@ class _Resident:
 
 
 def _close_connections() -> None:
-    from .executor import close_all_connections
+    from ...run.executor import close_all_connections
 
     close_all_connections()

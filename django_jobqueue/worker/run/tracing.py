@@ -21,9 +21,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..exceptions import JobCancelled, JobTimeout
-from ..models import Job
-from ..queue.tracing import MESSAGING_SYSTEM, OPENTELEMETRY, Carrier, tracer
+from ...exceptions import JobCancelled, JobTimeout
+from ...models import Job
+from ...queue.tracing import MESSAGING_SYSTEM, OPENTELEMETRY, Carrier, tracer
 from .outcomes import Action, Attempt
 
 logger = logging.getLogger(__name__)

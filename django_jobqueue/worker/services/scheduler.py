@@ -16,10 +16,10 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ..queue.schedules import Round, ScheduleBook
-from ..queue.timetable import Schedule
-from .outage import DATABASE_ERRORS, Outage
-from .service import Service
+from ...queue.schedules import Round, ScheduleBook
+from ...queue.timetable import Schedule
+from ..outage import DATABASE_ERRORS, Outage
+from ..service import Service
 
 logger = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ def prepare() -> None:
         django.setup()
     from django.db import connections
 
-    from ..loader import load_job_modules
+    from ....loader import load_job_modules
 
     load_job_modules()
     # Nothing forked from here may share a connection a job module opened at import.

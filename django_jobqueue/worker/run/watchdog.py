@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..queue import QueueClient
+from ...queue import QueueClient
+from ..outage import DATABASE_ERRORS, Outage
+from ..service import Service
 from .control import RunControl, StopReason
-from .outage import DATABASE_ERRORS, Outage
-from .service import Service
 
 logger = logging.getLogger(__name__)
 

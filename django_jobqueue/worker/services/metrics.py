@@ -29,10 +29,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .. import registry
-from ..models import Job
-from .outcomes import Outcome
-from .watchdog import Attempts
+from ... import registry
+from ...models import Job
+from ..run.outcomes import Outcome
+from ..run.watchdog import Attempts
 
 # The ``name`` label of a job whose name this worker does not know.
 UNKNOWN_NAME = "__unknown__"

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from ..models import Job
-from ..queue.rows import JOB_FIELDS
-from .control import RunControl, StopReason
-from .outcomes import Action, Attempt, Verdict
+from ....models import Job
+from ....queue.rows import JOB_FIELDS
+from ...run.control import RunControl, StopReason
+from ...run.outcomes import Action, Attempt, Verdict
+from ...run.progress import ProgressReport
 from .pipes import (
     DONE,
     EXACT_TIMESTAMPS,
@@ -43,12 +44,11 @@ from .pipes import (
     Messages,
     datetime_indexes,
 )
-from .progress import ProgressReport
 
 logger = logging.getLogger(__name__)
 
 # Imported by the fork server: its import sets Django up there, once.
-FORK_SERVER_MODULE = "django_jobqueue.worker.boot"
+FORK_SERVER_MODULE = "django_jobqueue.worker.pools.processes.boot"
 # Seconds a new child may take to say it is ready (a fork server's first start sets Django up).
 START_TIMEOUT = 120.0
 # Seconds a child told to exit between jobs gets before it is killed.
@@ -410,7 +410,7 @@ class Child:
 
 def _task_run(job: Job) -> Any:
     """The parent's ``TaskRun`` of a Django Task job, for the signals that follow its outcome."""
-    from .tasks import TaskRun
+    from ...run.tasks import TaskRun
 
     try:
         return TaskRun(job)

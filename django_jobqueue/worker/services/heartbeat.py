@@ -22,11 +22,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ..models import Job
-from ..queue import QueueClient
-from .outage import DATABASE_ERRORS, Outage
-from .running import RunningJobs
-from .service import Service
+from ...models import Job
+from ...queue import QueueClient
+from ..outage import DATABASE_ERRORS, Outage
+from ..running import RunningJobs
+from ..service import Service
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from django.db import connections
 
-from ..queue import CANCEL_CHANNEL, NOTIFY_CHANNEL, engine_for
-from .outage import FIRST_DELAY, MAX_DELAY
-from .service import Service
+from ...queue import CANCEL_CHANNEL, NOTIFY_CHANNEL, engine_for
+from ..outage import FIRST_DELAY, MAX_DELAY
+from ..service import Service
 
 logger = logging.getLogger(__name__)
 

@@ -28,11 +28,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from ..exceptions import JobCancelled, JobInterrupted, JobTimeout
+from ...exceptions import JobCancelled, JobInterrupted, JobTimeout
 from .outcomes import Outcome
 
 if TYPE_CHECKING:
-    from ..models import Job
+    from ...models import Job
     from .pending import PendingProgress
 
 
