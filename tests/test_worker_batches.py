@@ -26,9 +26,10 @@ import pytest
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
+from django_jobqueue.worker.pools.handoff import HandOff
 from django_jobqueue.worker.pools.processes import child
 from django_jobqueue.worker.pools.processes.pipes import ANSWER, DONE, SKIPPED
-from django_jobqueue.worker.pools.processes.prefetch import BATCH_SECONDS, MAX_DEPTH, Depth, HandOff
+from django_jobqueue.worker.pools.processes.prefetch import BATCH_SECONDS, MAX_DEPTH, Depth
 from django_jobqueue.worker.run.control import StopReason
 from tests.jobs_for_workers import events
 from tests.worker_support import wait_until

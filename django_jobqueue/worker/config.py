@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass
 
 from .pools.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
-from .pools.processes.pool import ChildLimits
+from .pools.processes.children import ChildLimits
 from .run.executor import DEFAULT_CANCEL_GRACE
 
 

@@ -1,25 +1,21 @@
-"""The worker process: claiming rounds, slots, and the drain on stop.
+"""The worker process: its claiming loop, and its start and drain.
 
 Threads of one worker, each with its own database connection:
 
-- the *claimer* runs the claiming loop below: it claims up to the free slots
-  in one statement and hands each job to an idle slot; the acks of the jobs
-  that finished since its last round go in the same transaction
-  (``completer.py``);
-- ``concurrency`` *slots* (``slots.py``) run one job at a time each
-  (``executor.py``), in their own thread or, with ``--pool processes``, in a
-  child process of their own that the slot's thread feeds (``pool.py``).
-  With ``--concurrency MIN:MAX`` the claimer starts more slots while due
-  jobs wait and retires idle ones (``autoscale.py``): a slot retires by
-  taking a stop token from the hand-off queue instead of a job, so only a
-  slot with nothing to run ever takes one;
+- the *claimer* runs the claiming loop below: it claims up to the pool's free
+  slots in one statement and hands the jobs to the pool (``pools/``: the
+  ``Pool`` interface; threads or child processes, grown and shrunk by
+  ``--concurrency MIN:MAX``); the acks of the jobs that finished since its
+  last round go in the same transaction (``completer.py``);
+- the pool's slots run each job through the executor (``run/``);
 - once the loop stops claiming, the *completer* writes the acks still to come;
-- the heartbeat, the progress writer (``ctx.progress()``, ``progress.py``), the
-  ticker, the scheduler, the watchdog and the cancel watch
-  (time limits and cancels, ``watchdog.py``) and, on PostgreSQL, the listener
-  (their modules);
+- the background services (``services/``): the heartbeat, the ticker, the
+  scheduler, the listener, the progress writer and the watchdog (time limits
+  and cancels, ``run/watchdog.py``); with ``--metrics-port``, ``/metrics`` and
+  ``/healthz`` (without it neither module is imported, and the hooks below
+  cost one ``None`` comparison each);
 - the main thread only waits, so that a signal handler never interrupts a
-  thread holding a lock it needs (``signals.py``).
+  thread holding a lock it needs (``services/signals.py``).
 
 A claim commits before its job runs: no transaction is open across job code.
 
@@ -29,10 +25,6 @@ of those still running are released (ready again, the attempt not counted)
 and the process exits 0, leaving their threads behind (their code told to
 stop; a child still running one is killed). ``--max-jobs`` and
 ``--burst`` stop claiming the same way but wait for every running job.
-
-With ``--metrics-port`` the worker serves ``/metrics`` and ``/healthz``
-(``metrics.py``, ``health.py``); without it neither module is imported, and
-the hooks below cost one ``None`` comparison each.
 """
 
 from __future__ import annotations
@@ -54,8 +46,7 @@ from ..schedules import declared_schedules
 from .completer import Completer, PendingAck
 from .config import WorkerConfig
 from .outage import DATABASE_ERRORS, Outage, Shortage, listen
-from .pools.processes.pool import ChildStartError
-from .pools.slots import Slots
+from .pools import Pool, PoolParts, PoolStartError, make_pool
 from .run.control import RunControl, StopReason
 from .run.executor import Executor
 from .run.progress import ProgressWriter
@@ -125,8 +116,8 @@ class Supervisor:
         self.started = 0
         # Why the worker refused to start (its id held by a live worker), or None.
         self.refused: str | None = None
-        self.slots = Slots(
-            config, self.client, self.executor, self.running, self.wakeup.wake, self._signalled
+        self.pool: Pool = make_pool(
+            PoolParts(config, self.client, self.executor, self.running, self.wakeup.wake, self._signalled)
         )
         self._claimer: threading.Thread | None = None  # the thread of run()
         self.metrics: WorkerMetrics | None = None
@@ -145,7 +136,7 @@ class Supervisor:
         self.executor.observer = metrics
         self.completer.on_batch = metrics.completer_acked
         self.heartbeat.on_beat = metrics.heartbeat_beat
-        self.slots.on_resize = metrics.set_slots
+        self.pool.on_resize = metrics.set_slots
         self.health = Health(metrics, self._vital_threads)
         self._server = MetricsServer(self.config.metrics_host, self.config.metrics_port, metrics, self.health)
 
@@ -157,7 +148,7 @@ class Supervisor:
 
     def slot_count(self) -> int:
         """The slots the worker claims for now: ``--concurrency``, or within its MIN:MAX."""
-        return self.slots.count
+        return self.pool.count
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming, and exit once every running job has finished."""
@@ -182,7 +173,7 @@ class Supervisor:
             hostname=socket.gethostname()[:255],
             pid=os.getpid(),
             queues=[name for name, _weight in self.config.queues],
-            concurrency=self.slots.count,
+            concurrency=self.pool.count,
             stale_after=WORKER_STALE_AFTER,
             # For the admin: "4 (range 2–8)". Fixed for the worker's life; a resize writes the count.
             concurrency_range=None if slot_range.fixed else (slot_range.minimum, slot_range.maximum),
@@ -204,7 +195,7 @@ class Supervisor:
             return
         stop_listening = listen(self.metrics.database_failed) if self.metrics is not None else None
         try:
-            if self._register_until_stopped() and self._start_children():
+            if self._register_until_stopped() and self._start_pool():
                 self._start()
                 if self.health is not None:
                     self.health.started = True
@@ -259,13 +250,12 @@ class Supervisor:
                 self._stopping.wait(outage.failed(exc))
         return False
 
-    def _start_children(self) -> bool:
-        """``--pool processes``: start a child per slot; False (and ``refused`` says why) if one cannot."""
+    def _start_pool(self) -> bool:
+        """Start the pool's slots; False (and ``refused`` says why) if it cannot."""
         try:
-            self.slots.start_children()
-        except ChildStartError as exc:
+            self.pool.start()
+        except PoolStartError as exc:
             self.refused = str(exc)
-            self.slots.retire_children()
             self._unregister()
             return False
         return True
@@ -273,7 +263,6 @@ class Supervisor:
     def _start(self) -> None:
         self.watchdog.start()
         self.cancel_watch.start()
-        self.slots.start()
         self.completer.reporter.start()
         self.heartbeat.start()
         self.progress.start()
@@ -310,7 +299,7 @@ class Supervisor:
                 self.request_stop(f"max-jobs {self.config.max_jobs} reached")
                 return
             held = len(self.running)
-            self.slots.resize(held)
+            self.pool.resize(held)
             acks = self.completer.take()
             if acks and len(acks) < held:
                 # Other slots are finishing too: a moment's wait, ended by the last running job's
@@ -319,9 +308,9 @@ class Supervisor:
                 self.completer.wait_for(held - len(acks), ACK_LINGER)
                 acks += self.completer.take()
             # The slots of the jobs acked in this round are free once it commits (under --pool
-            # processes, a slot holds as many jobs as its child's batch may: Slots.capacity); not
+            # processes, a slot holds as many jobs as its child's batch may: Pool.capacity); not
             # those of acks passed over before, which may be passed over again.
-            free = self.slots.capacity - held + sum(not pending.blocked for pending in acks)
+            free = self.pool.capacity - held + sum(not pending.blocked for pending in acks)
             if self.config.max_jobs is not None:
                 free = min(free, self.config.max_jobs - self.started)
             if free > 0 or acks:
@@ -333,7 +322,7 @@ class Supervisor:
                     continue
                 outage.recovered()
                 if free > 0:
-                    self.slots.claimed(more)
+                    self.pool.claimed(more)
                 flow = self.client.flow
                 # A due job that a limit holds back (its key, its queue's cap or
                 # rate) is still due: a burst worker waits for it.
@@ -344,7 +333,7 @@ class Supervisor:
                     continue
             # Waiting for work: the lines of the jobs acked so far are logged now.
             self.completer.reporter.release()
-            self.wakeup.wait(self.slots.growth_due())
+            self.wakeup.wait(self.pool.growth_due())
 
     def _claim_round(self, acks: list[PendingAck], free: int, idle: bool) -> tuple[list[Job], bool]:
         """Write ``acks`` and claim up to ``free`` jobs in one transaction; hand the jobs to slots.
@@ -376,7 +365,7 @@ class Supervisor:
         if free <= 0:
             return claimed, False
         self.running.add_many(claimed)
-        self.slots.hand_off(claimed)
+        self.pool.hand_off(claimed)
         self.started += len(claimed)
         if claimed:
             self.heartbeat.nudge_for(claimed)
@@ -441,13 +430,13 @@ class Supervisor:
         # After the slots' last acks; a slot abandoned above acks on its own connection.
         self.completer.stop()
         self.completer.reporter.stop()
-        # One stop token per slot ever started (Slots.stop). Slots still running a handed-back job
+        # One stop token per slot ever started (Pool.stop). Slots still running a handed-back job
         # are abandoned, not waited for.
-        self.slots.stop(1.0 if finished else 0.1)
+        self.pool.stop(1.0 if finished else 0.1)
         self.watchdog.stop()
-        self.slots.retire_children()
+        self.pool.close()
         self._unregister()
-        left = self.slots.still_running()
+        left = self.pool.still_running()
         logger.info(
             "worker %s stopped (%s) after %s job(s)%s",
             self.config.worker_id,

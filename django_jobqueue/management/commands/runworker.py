@@ -20,8 +20,9 @@ from ...queue.validation import check_poll_interval, check_visibility_timeout, c
 from ...schedules import ScheduleError, declared_schedules
 from ...worker.config import WorkerConfig, default_worker_id
 from ...worker.console import LOG_FORMATS, console_logging
+from ...worker.pools import DEFAULT_THREADS, POOLS, default_concurrency
 from ...worker.pools.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
-from ...worker.pools.processes.pool import ChildLimits
+from ...worker.pools.processes.children import ChildLimits
 from ...worker.run.executor import DEFAULT_CANCEL_GRACE
 from ...worker.supervisor import run_worker
 from ..arguments import (
@@ -42,20 +43,12 @@ from ..arguments import (
 logger = logging.getLogger(__name__)
 
 
-# Slots when --concurrency is not given: most jobs wait on the network or the
-# database, and ten threads keep a worker busy without holding many connections
-# (docs/workers.md#how-many-processes-how-many-threads). Child processes run
-# Python in parallel, so a process pool gets one per CPU.
-DEFAULT_THREADS = 10
-
-
 def default_slots(pool: str) -> SlotRange:
     """The slots of a worker started without ``--concurrency``."""
-    count = DEFAULT_THREADS if pool == "threads" else max(1, min(os.cpu_count() or 1, MAX_CONCURRENCY))
+    count = min(default_concurrency(pool), MAX_CONCURRENCY)
     return SlotRange(count, count)
 
 
-POOLS = ("threads", "processes")
 DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
