@@ -265,6 +265,17 @@ def test_copy_is_psycopgs_through_djangos_wrapper(pg_cursor):
     )
 
 
+def test_a_copy_is_logged_and_fails_with_djangos_errors(pg_cursor):
+    sql = "COPY no_such_table (id) FROM STDIN (FORMAT BINARY)"
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        with pytest.raises(ProgrammingError), transaction.atomic():
+            with internals.copy_rows(connection, bound(), sql, ["int8"]):
+                pass  # the COPY fails as it starts
+    assert [query["sql"] for query in queries.captured_queries if "COPY" in query["sql"]] == [sql], changed(
+        "CursorDebugWrapper.debug_sql", "the query log misses a batch's COPY"
+    )
+
+
 def test_django_leaves_preparing_to_whoever_asks(pg_cursor):
     connection.close()
     connection.ensure_connection()

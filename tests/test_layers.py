@@ -3,11 +3,13 @@
 ``queue/`` is the state machine: its statement modules (``queue/ops/``) and
 engines (``queue/engines/``) are its inside. Everything else reaches them
 through ``django_jobqueue.queue``, and asks an engine's flags rather than
-the database's name.
+the database's name. The statements reach psycopg and the insides of
+Django's database wrapper through ``queue/internals.py`` alone.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -45,6 +47,53 @@ def test_no_module_but_an_engine_asks_which_database_it_is_on():
             where = f"{path.relative_to(PACKAGE)}:{number}"
             assert not VENDOR_TEST.search(line), f"{where} tests the database's name; ask its engine: {line}"
     assert checked > 40
+
+
+# What a statement module leaves to queue/internals.py on a database connection
+# or cursor (a name that holds "connection" or "cursor"): its private
+# attributes, the driver's connection and cursor that Django's wrap
+# (``.connection``, ``cursor.cursor``), the wrapper's own helpers, and
+# psycopg's API under them.
+WRAPPER_HELPERS = {"wrap_database_errors", "debug_sql"}
+PSYCOPG_API = {"copy", "pipeline", "pgconn", "prepare_threshold", "adapters"}
+
+
+def reaches_inside(source: str) -> list[int]:
+    """The lines of ``source`` that import psycopg or reach inside a database connection or cursor."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module]
+            if any((module or "").partition(".")[0] == "psycopg" for module in modules):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute):
+            owner = ast.unparse(node.value).rpartition(".")[2].lower()
+            on_connection, on_cursor = "connection" in owner, "cursor" in owner
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            if (
+                (on_connection or on_cursor)
+                and (private or node.attr in WRAPPER_HELPERS | PSYCOPG_API or node.attr == "connection")
+            ) or (on_cursor and node.attr == "cursor"):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_statements_leave_the_drivers_internals_to_internals_py():
+    reaching = (
+        "import psycopg\nfrom psycopg import pq\nconnection.connection\ncursor.cursor\n"
+        "connection._cursor()\nwith connection.wrap_database_errors, cursor.copy(sql): pass\n"
+    )
+    assert reaches_inside(reaching) == [1, 2, 3, 4, 5, 6, 6]
+    allowed = "connections[using].cursor()\nconnection.timezone\nself._connection\ncursor.rowcount\n"
+    assert reaches_inside(allowed) == []
+    ops = sorted((PACKAGE / "queue" / "ops").glob("*.py"))
+    assert len(ops) > 10
+    for path in ops:
+        lines = reaches_inside(path.read_text())
+        where = ", ".join(f"{path.relative_to(PACKAGE)}:{line}" for line in lines)
+        assert not lines, (
+            f"{where} reach into psycopg or Django's database wrapper: go through queue/internals.py"
+        )
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

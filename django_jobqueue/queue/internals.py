@@ -2,16 +2,17 @@
 
 Each reliance is one small named object here, with what it relies on, what
 breaks if a new version changes it, and the fallback if there is one.
-``rows``, ``native`` and ``validation`` use these and reach into no library's
-internals themselves; ``tests/test_internals.py`` holds each one to what it
+``rows``, ``native``, ``validation`` and the statements of ``ops/`` use these
+and reach into no library's internals themselves; ``tests/test_internals.py`` holds each one to what it
 stands for, and names the internal and the versions when one has changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from django.db import models
@@ -221,6 +222,26 @@ def driver_cursor(cursor: CursorWrapper) -> Any:
     the driver's cursor in.
     """
     return cursor.cursor
+
+
+@contextlib.contextmanager
+def copy_rows(
+    connection: BaseDatabaseWrapper, cursor: CursorWrapper, sql: str, types: Sequence[str]
+) -> Iterator[Callable[[Sequence[Any]], None]]:
+    """Run ``sql``, a ``COPY … FROM STDIN``, on ``cursor``; yield what writes one row of it.
+
+    ``types`` names each column's type, in order. The statement is logged with
+    the queries, as Django logs its own, and ends, written or abandoned, when
+    the block does: an exception out of the block abandons it. Relies on
+    psycopg's ``Cursor.copy``, reached through ``CursorWrapper.__getattr__``;
+    on ``BaseDatabaseWrapper.wrap_database_errors``, which turns psycopg's
+    errors into Django's; and on ``CursorDebugWrapper.debug_sql``, the context
+    manager that logs Django's own queries.
+    """
+    logged = cursor.debug_sql(sql) if isinstance(cursor, CursorDebugWrapper) else contextlib.nullcontext()
+    with logged, connection.wrap_database_errors, cursor.copy(sql) as copy:
+        copy.set_types(types)
+        yield copy.write_row
 
 
 class _ServerBoundDebugCursor(CursorDebugWrapper):

@@ -38,7 +38,12 @@ def _to_float_or_none(value: Any) -> float | None:
 
 
 def to_datetime(value: Any) -> datetime | None:
-    """A datetime as a raw row holds it (SQLite: naive UTC text) -> aware under ``USE_TZ``."""
+    """A datetime column's value as Django's cursor returns it, as the ORM would return it.
+
+    SQLite's is naive UTC, often text: parsed, and made aware (UTC) under ``USE_TZ``;
+    PostgreSQL's is the ORM's already, and left as it is. A value read by
+    psycopg's own cursor (``native.bound_cursor``) is ``datetime_as_read``'s.
+    """
     if value is None:
         return None
     if isinstance(value, str):
@@ -49,11 +54,6 @@ def to_datetime(value: Any) -> datetime | None:
     if settings.USE_TZ and value.tzinfo is None:
         value = value.replace(tzinfo=UTC)  # SQLite keeps naive UTC
     return value
-
-
-def datetime_from_db(value: Any) -> datetime | None:
-    """A datetime column's value as a raw statement returns it, as the ORM would return it."""
-    return to_datetime(value)
 
 
 def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
@@ -188,7 +188,7 @@ def _full_row(values: dict[str, Any]) -> list[Any]:
 
 
 def datetime_as_read(connection: BaseDatabaseWrapper, value: datetime) -> datetime:
-    """An aware datetime as the ORM reads it back from the PostgreSQL ``connection``.
+    """An aware datetime read by psycopg's own cursor, as the ORM reads it back from ``connection``.
 
     Under ``USE_TZ``, aware in the connection's time zone (UTC unless the
     database sets its own ``TIME_ZONE``); without it, naive in ``TIME_ZONE``,

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from ...models import Job
 from ..engines import engine_for
+from ..internals import copy_rows
 from ..native import bound_cursor
 from ..rows import datetime_as_read
 from .enqueue import NewJobBuilder
@@ -114,10 +113,9 @@ def copy_jobs(
         sql, types, write = _copy_of(trace_context)
         sql = sql.format(table=new_jobs_table(engine_for(connection)))
         builder = NewJobBuilder(using, {"status": "ready", "created_at": clock.as_read(now)}, trace_context)
-        with _logged(cursor, sql), connection.wrap_database_errors, cursor.copy(sql) as copy:
-            copy.set_types(types)
+        with copy_rows(connection, cursor, sql, types) as write_row:
             # Each Job is built as its row leaves, while the server stores the rows before it.
-            jobs = _copied_jobs(write(copy.write_row), clock, ids, new_jobs, queues, builder)
+            jobs = _copied_jobs(write(write_row), clock, ids, new_jobs, queues, builder)
         cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(queues)])
     return jobs
 
@@ -206,10 +204,3 @@ class _BatchClock:
         if read is None:
             read = self._read[value] = datetime_as_read(self._connection, value)
         return read
-
-
-def _logged(cursor: CursorWrapper, sql: str) -> AbstractContextManager[None]:
-    """Log ``sql`` with the queries (``DEBUG``, ``CaptureQueriesContext``) as Django logs its own."""
-    if isinstance(cursor, CursorDebugWrapper):
-        return cursor.debug_sql(sql)
-    return nullcontext()

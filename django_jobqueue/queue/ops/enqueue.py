@@ -30,9 +30,9 @@ from ..rows import (
     NEW_JOB_DEFAULTS,
     NEW_JOB_FRESH_BY_NAME,
     datetime_as_read,
-    datetime_from_db,
     job_from_row,
     jobs_from_values,
+    to_datetime,
 )
 from .tables import (
     INSERT_COLUMNS,
@@ -233,7 +233,7 @@ def _datetime_reader(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
     """How a datetime of ``_INSERTED_RETURNING`` becomes the ORM's on ``connection``."""
     if engine_for(connection).supports_bound_cursor:
         return functools.partial(datetime_as_read, connection)
-    return datetime_from_db
+    return to_datetime
 
 
 def _match_inserted(
