@@ -37,7 +37,7 @@ class JobSpec:
     takes_context: bool = False
     fail_on: tuple[type[BaseException], ...] = ()
     # @job(atomic=True): the function runs in transaction.atomic() on the queue's database and
-    # the ack commits in that transaction (worker/attempt.py).
+    # the ack commits in that transaction (worker/run/attempt.py).
     atomic: bool = False
     # @job(cron=...) / @job(every=...): {"cron": ...} or {"every": ...}, a
     # schedule named after the job with an empty payload (schedules.py).

@@ -4,7 +4,7 @@ A schedule comes from ``JOBQUEUE["SCHEDULES"]`` or from ``@job(cron=...)`` /
 ``@job(every=...)``. This module reads and checks the declarations; their fire
 times are computed in ``queue/timetable.py``, which of them have been enqueued
 is the database's to say (``queue/schedules.py``), and the worker's scheduler
-fires them (``worker/scheduler.py``). See docs/schedules.md.
+fires them (``worker/services/scheduler.py``). See docs/schedules.md.
 """
 
 from __future__ import annotations

@@ -22,10 +22,9 @@ from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
 from .models import FINISHED_STATUSES, DeadLetter, Job, JobStatus, Worker
-from .queue import QueueClient, engine_for
+from .queue import WORKER_STALE_AFTER, QueueClient, engine_for
 from .queue.flow import QueueLimits, configured_limits
 from .queue.rows import to_datetime
-from .worker.services.ticker import WORKER_STALE_AFTER
 
 # A worker beats at least every 10 s; three missed beats and it is shown as late.
 # (Its row is deleted by the other workers' upkeep after 60 s of silence.)

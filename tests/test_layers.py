@@ -131,3 +131,41 @@ def test_no_modules_import_each_other():
     graph = {module_name(path): imported_by(path) for path in PACKAGE.rglob("*.py")}
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_cycles(graph) == []
+
+
+DEVELOPMENT_DOCS = PACKAGE.parent / "docs" / "development.md"
+MAP_ROW = re.compile(r"^\| `([\w/.]+)` \| (.+?) \| (.*) \|$")
+
+
+def package_map() -> dict[str, set[str]]:
+    """docs/development.md's package map: each folder, and the folders it never imports."""
+    text = DEVELOPMENT_DOCS.read_text()
+    section = text[text.index("## The package map") :]
+    rows = {}
+    for line in section.splitlines():
+        if match := MAP_ROW.match(line):
+            rows[match[1]] = set(re.findall(r"`([\w/.]+)`", match[3]))
+    return rows
+
+
+def folder_of(path: Path) -> str:
+    return "/".join(path.relative_to(PACKAGE).parts[:-1]) or "."
+
+
+def test_the_package_map_in_the_docs_is_true():
+    rows = package_map()
+    folders = {folder_of(path) for path in PACKAGE.rglob("*.py")}
+    assert sorted(folders - rows.keys()) == [], "folders missing from docs/development.md's package map"
+    assert sorted(rows.keys() - folders) == [], "the package map names folders that are gone"
+    for folder, forbidden in rows.items():
+        assert forbidden <= folders, f"{folder}'s row forbids folders that are gone: {forbidden - folders}"
+
+    folder_by_module = {module_name(path): folder_of(path) for path in PACKAGE.rglob("*.py")}
+    broken = []
+    for path in PACKAGE.rglob("*.py"):
+        forbidden = rows[folder_of(path)]
+        for imported in sorted(imported_by(path)):
+            if folder_by_module.get(imported) in forbidden:
+                broken.append(f"{path.relative_to(PACKAGE)} imports {imported}")
+    assert broken == [], "imports the package map forbids:\n" + "\n".join(broken)
+    assert rows["queue/engines"] >= {"worker", "queue"}, "the map was read"

@@ -6,10 +6,12 @@ Code outside ``queue/`` imports from here, never from ``ops`` or ``engines``:
 
 from .batching import OpenBatch, batch
 from .client import QueueClient
+from .duties import WORKER_STALE_AFTER
 from .engines import engine_for
 from .ops import CANCEL_CHANNEL, NOTIFY_CHANNEL, DeletedDeadLetter, JobChange, RetriedDeadLetter
 
 __all__ = [
+    "WORKER_STALE_AFTER",
     "CANCEL_CHANNEL",
     "NOTIFY_CHANNEL",
     "DeletedDeadLetter",

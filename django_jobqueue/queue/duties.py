@@ -1,8 +1,8 @@
 """``QueueClient``'s calls for a worker's services: heartbeat, progress, cancel watch, the worker's row.
 
 A worker's claims and acks are ``QueueClient``'s own; these are what the
-threads beside the claiming loop call (``worker/heartbeat.py``,
-``worker/progress.py``, ``worker/control.py``) and a worker's registration.
+threads beside the claiming loop call (``worker/services/heartbeat.py``,
+``worker/run/progress.py``, ``worker/run/control.py``) and a worker's registration.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from .conflicts import retried
 from .progress import check_progress, encode_progress
 from .refs import Duration, as_id
 from .validation import check_concurrency_range, check_queue, check_worker_id, to_seconds
+
+# Six missed beats of the slowest heartbeat (10 s) before a worker's row is stale: the
+# worker is taken for dead, its id free again, its row pruned and left out of the figures.
+WORKER_STALE_AFTER = 60.0
 
 
 class WorkerDuties:
@@ -101,7 +105,7 @@ class WorkerDuties:
         pid: int,
         queues: Sequence[str],
         concurrency: int,
-        stale_after: Duration = 60.0,
+        stale_after: Duration = WORKER_STALE_AFTER,
         concurrency_range: tuple[int, int] | None = None,
     ) -> None:
         """Record a running worker (``queues`` empty = every queue), replacing a stale row of the same id.

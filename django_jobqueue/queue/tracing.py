@@ -6,7 +6,7 @@ current span and stores nothing. Inside one, the insert runs in a PRODUCER
 span (``jobqueue.enqueue <name>``, or ``jobqueue.enqueue_many`` for a batch),
 and the context of that span, as the configured propagators write it (W3C
 ``traceparent`` and ``tracestate`` by default), is stored in the new rows'
-``trace_context``. The worker's span of each job (``worker/tracing.py``) is
+``trace_context``. The worker's span of each job (``worker/run/tracing.py``) is
 then that span's child.
 """
 

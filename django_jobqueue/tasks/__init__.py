@@ -6,7 +6,7 @@
 - ``backend``: ``JobQueueBackend``, public as ``django_jobqueue.backends.JobQueueBackend``.
 
 Imports go one way: ``backend`` uses ``options``, ``rows`` and ``compat``;
-``rows`` uses ``compat``. The worker's side (``worker/tasks.py``) and the
+``rows`` uses ``compat``. The worker's side (``worker/run/tasks.py``) and the
 public ``django_jobqueue.backends`` import from here, never the reverse.
 
 This package imports nothing on its own: tools that import the ``tasks``

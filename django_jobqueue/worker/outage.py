@@ -1,7 +1,7 @@
 """Back off and reconnect after a database call fails, instead of crashing or spinning.
 
 Each failure, and the first success after failures, is told to the listeners
-``listen`` added (runworker's metrics and health, ``metrics.py``), with the
+``listen`` added (runworker's metrics and health, ``services/metrics.py``), with the
 duty's name: ``claiming``, ``heartbeat``, ``registering``, ``ticker``,
 ``scheduler``, ``cancel watch``, ``slot connection``.
 """

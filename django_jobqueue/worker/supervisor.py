@@ -30,8 +30,6 @@ stop; a child still running one is killed). ``--max-jobs`` and
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -45,8 +43,9 @@ from ..queue import QueueClient
 from ..schedules import declared_schedules
 from .completer import Completer, PendingAck
 from .config import WorkerConfig
-from .outage import DATABASE_ERRORS, Outage, Shortage, listen
+from .outage import DATABASE_ERRORS, Outage, Shortage
 from .pools import Pool, PoolParts, PoolStartError, make_pool
+from .row import WorkerRow
 from .run.control import RunControl, StopReason
 from .run.executor import Executor
 from .run.progress import ProgressWriter
@@ -55,13 +54,13 @@ from .running import RunningJobs
 from .services.heartbeat import Heartbeat
 from .services.scheduler import Scheduler
 from .services.signals import StopSignals
-from .services.ticker import WORKER_STALE_AFTER, Ticker, tick_interval
+from .services.ticker import Ticker, tick_interval
 from .services.wakeup import Wakeup
 from .shares import QueueShares
 
 if TYPE_CHECKING:
-    from .services.health import Health, MetricsServer
     from .services.metrics import WorkerMetrics
+    from .services.observer import Observer
 
 logger = logging.getLogger(__name__)
 
@@ -119,17 +118,17 @@ class Supervisor:
         self.pool: Pool = make_pool(
             PoolParts(config, self.client, self.executor, self.running, self.wakeup.wake, self._signalled)
         )
+        self.row = WorkerRow(self.client, config, lambda: self.pool.count)
         self._claimer: threading.Thread | None = None  # the thread of run()
         self.metrics: WorkerMetrics | None = None
-        self.health: Health | None = None
-        self._server: MetricsServer | None = None
+        self.observer: Observer | None = None
         if config.metrics_port:
             self._observe()
 
     def _observe(self) -> None:
         """Keep the worker's series, and prepare the endpoint that serves them and its health."""
-        from .services.health import Health, MetricsServer
         from .services.metrics import WorkerMetrics
+        from .services.observer import Observer
 
         metrics = WorkerMetrics(self.executor.attempts, self.config.concurrency)
         self.metrics = metrics
@@ -137,8 +136,9 @@ class Supervisor:
         self.completer.on_batch = metrics.completer_acked
         self.heartbeat.on_beat = metrics.heartbeat_beat
         self.pool.on_resize = metrics.set_slots
-        self.health = Health(metrics, self._vital_threads)
-        self._server = MetricsServer(self.config.metrics_host, self.config.metrics_port, metrics, self.health)
+        self.observer = Observer(
+            self.config.metrics_host, self.config.metrics_port, metrics, self._vital_threads
+        )
 
     def _vital_threads(self) -> dict[str, bool]:
         claimer = self._claimer
@@ -166,23 +166,10 @@ class Supervisor:
         self._signalled.set()
         self.request_stop(name)
 
-    def register(self) -> None:
-        slot_range = self.config.slot_range
-        self.client.register_worker(
-            self.config.worker_id,
-            hostname=socket.gethostname()[:255],
-            pid=os.getpid(),
-            queues=[name for name, _weight in self.config.queues],
-            concurrency=self.pool.count,
-            stale_after=WORKER_STALE_AFTER,
-            # For the admin: "4 (range 2–8)". Fixed for the worker's life; a resize writes the count.
-            concurrency_range=None if slot_range.fixed else (slot_range.minimum, slot_range.maximum),
-        )
-
     def _register_again(self) -> None:
         """Register after the row was pruned as stale; stop if another worker took the id meanwhile."""
         try:
-            self.register()
+            self.row.write()
         except WorkerIdInUse as exc:
             logger.error("worker %s: %s; stopping", self.config.worker_id, exc)
             self.request_stop("worker id taken")
@@ -190,15 +177,16 @@ class Supervisor:
     def run(self) -> None:
         """Work until stopped, then set ``clean``."""
         self._claimer = threading.current_thread()
-        if not self._serve():
+        observer = self.observer
+        if observer is not None and (refused := observer.start(self.config.worker_id)):
+            self.refused = refused
             self.clean = True
             return
-        stop_listening = listen(self.metrics.database_failed) if self.metrics is not None else None
         try:
-            if self._register_until_stopped() and self._start_pool():
+            if self._registered() and self._start_pool():
                 self._start()
-                if self.health is not None:
-                    self.health.started = True
+                if observer is not None:
+                    observer.health.started = True
                 try:
                     self.completer.reporter.hold()
                     self._claim_loop()
@@ -210,45 +198,19 @@ class Supervisor:
             else:
                 self.clean = True
         finally:
-            if stop_listening is not None:
-                stop_listening()
-            if self._server is not None:
-                self._server.stop()
+            if observer is not None:
+                observer.stop()
             connections.close_all()
 
     # -- start -----------------------------------------------------------------
 
-    def _serve(self) -> bool:
-        """Start serving /metrics and /healthz, if asked; False (``refused`` says why) if it cannot."""
-        server = self._server
-        if server is None:
-            return True
+    def _registered(self) -> bool:
+        """Write the worker's row; False if stopped first, or refused (``refused`` says why)."""
         try:
-            server.start()
-        except OSError as exc:
-            self.refused = f"--metrics-port: cannot listen on {server.host}:{server.port}: {exc}"
+            return self.row.write_until(self._stopping)
+        except WorkerIdInUse as exc:
+            self.refused = str(exc)
             return False
-        logger.info(
-            "worker %s: metrics on %s/metrics, health on %s/healthz",
-            self.config.worker_id,
-            server.address,
-            server.address,
-        )
-        return True
-
-    def _register_until_stopped(self) -> bool:
-        outage = Outage("registering", self.config.using)
-        while not self._stopping.is_set():
-            try:
-                self.register()
-                outage.recovered()
-                return True
-            except WorkerIdInUse as exc:
-                self.refused = str(exc)
-                return False
-            except DATABASE_ERRORS as exc:
-                self._stopping.wait(outage.failed(exc))
-        return False
 
     def _start_pool(self) -> bool:
         """Start the pool's slots; False (and ``refused`` says why) if it cannot."""
@@ -256,7 +218,7 @@ class Supervisor:
             self.pool.start()
         except PoolStartError as exc:
             self.refused = str(exc)
-            self._unregister()
+            self.row.delete()
             return False
         return True
 
@@ -435,7 +397,7 @@ class Supervisor:
         self.pool.stop(1.0 if finished else 0.1)
         self.watchdog.stop()
         self.pool.close()
-        self._unregister()
+        self.row.delete()
         left = self.pool.still_running()
         logger.info(
             "worker %s stopped (%s) after %s job(s)%s",
@@ -455,16 +417,6 @@ class Supervisor:
         # Their code may still run: it is told to stop (ctx.cancelled), then forced or abandoned.
         for control in self.executor.attempts_of(held):
             self.watchdog.stop_job(control, StopReason.SHUTDOWN)
-
-    def _unregister(self) -> None:
-        try:
-            self.client.unregister_worker(self.config.worker_id)
-        except DATABASE_ERRORS as exc:
-            logger.warning(
-                "worker %s: could not delete its row (%s); it is pruned when stale",
-                self.config.worker_id,
-                exc,
-            )
 
 
 def run_worker(config: WorkerConfig) -> Supervisor:

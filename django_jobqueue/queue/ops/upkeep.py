@@ -1,6 +1,6 @@
 """Upkeep: expired claims handed back or buried, finished jobs pruned.
 
-Run on a timer by every worker (``worker/ticker.py``); each statement passes
+Run on a timer by every worker (``worker/services/ticker.py``); each statement passes
 over rows another transaction holds, so tickers never wait on each other.
 """
 

@@ -4,7 +4,7 @@ This is the one place that catches broad exceptions: whatever a job raises
 becomes one row of the outcome table below, and nothing a job does can take a
 worker thread (or a child process of ``--pool processes``) down. The worker's
 thread pool calls it in the slot's thread, the process pool in a child
-(``child.py``); ``executor.py`` writes the verdict to the queue.
+(``pools/processes/child.py``); ``executor.py`` writes the verdict to the queue.
 
 ==============================================  ==========================  =================
 what the job did                                what the queue is told      outcome logged

@@ -33,15 +33,14 @@ A job handed back at shutdown logs how long it had been running (0 if it
 never started).
 
 The line's fields also ride on the record as ``job_fields`` (a dict), which
-``runworker --log-format json`` prints as one object (``logformat.py``). Each
+``runworker --log-format json`` prints as one object (``worker/logformat.py``). Each
 outcome is also told to the executor's ``observer`` (``runworker
---metrics-port``: ``metrics.py``), if it has one.
+--metrics-port``: ``services/metrics.py``), if it has one.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -49,13 +48,13 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from django.db import connections
-from django.db.backends.signals import connection_created
 
 from ...models import Job
 from ...queue import QueueClient
 from ..completer import Answer, Completer, Report
 from ..outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
 from .attempt import run_job, timeout_verdict
+from .connections import close_all_connections, close_held_connections, job_queried, watch_queries
 from .control import RunControl, StopReason, ThreadTarget
 from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import DirectProgress, ProgressReport, ProgressSink, reporter
@@ -79,64 +78,6 @@ OUTCOME_MESSAGE = "job %s id=%s attempt=%s/%s duration=%.3fs outcome=%s%s"
 DEFAULT_CANCEL_GRACE = 5.0
 
 
-class _ThreadConnections(threading.local):
-    """What a thread knows of its own database connections, from ``connection_created``."""
-
-    def __init__(self) -> None:
-        self.holding = False  # it may hold an open connection
-        self.opened: list[str] = []  # aliases it opened since its current job started
-
-
-_this_thread = _ThreadConnections()
-
-
-def _note_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
-    _this_thread.holding = True
-    _this_thread.opened.append(connection.alias)
-
-
-connection_created.connect(_note_connection, dispatch_uid="django_jobqueue.worker.run.executor")
-
-
-def close_held_connections() -> None:
-    """Django's ``close_old_connections``, skipped in a thread that holds none.
-
-    A slot calls it around every job, as Django does around every request:
-    connections past ``CONN_MAX_AGE``, or broken, are closed. Most jobs open
-    none, and looking through Django's per-thread connections costs more than
-    such a job does.
-    """
-    if not _this_thread.holding:
-        return
-    still_open = False
-    for connection in connections.all(initialized_only=True):
-        connection.close_if_unusable_or_obsolete()
-        still_open = still_open or connection.connection is not None
-    _this_thread.holding = still_open
-
-
-def close_all_connections() -> None:
-    """Close this thread's connections, even broken ones, whatever state they were left in."""
-    for connection in connections.all(initialized_only=True):
-        try:
-            connection.close()
-        except Exception:  # noqa: S110 - a connection interrupted mid-query may fail to close; it is dropped
-            pass
-        connection.connection = None
-    _this_thread.holding = False
-
-
-class QueryProbe:
-    """An execute wrapper that notes whether a job ran a query on a connection."""
-
-    def __init__(self) -> None:
-        self.queried = False
-
-    def __call__(self, execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
-        self.queried = True
-        return execute(sql, params, many, context)
-
-
 class OutcomeObserver(Protocol):
     """Told of every outcome the executor logs, and of each ack a slot wrote itself."""
 
@@ -146,7 +87,7 @@ class OutcomeObserver(Protocol):
 
 
 class Runner(Protocol):
-    """Runs a job's code somewhere other than the calling thread: a child process (``pool.py``)."""
+    """Runs a job's code elsewhere than the calling thread: a child process (``processes/children.py``)."""
 
     def attempt(self, job: Job, control: RunControl, report: ProgressReport) -> Attempt: ...
 
@@ -207,10 +148,8 @@ class Executor:
             self.attempts.remove(control)
 
     def _run_here(self, job: Job, control: RunControl) -> Outcome:
-        # Whether the job queries the queue's database: a thread that holds no connection
-        # learns it from the connection the job opens; one that holds one watches its queries.
-        probe = QueryProbe() if _this_thread.holding else None
-        _this_thread.opened = []
+        # Whether the job queries the queue's database (connections.py).
+        probe = watch_queries()
         target = ThreadTarget()
         control.attach(target)
         with connections[self.client.using].execute_wrapper(probe) if probe else nullcontext():
@@ -222,9 +161,8 @@ class Executor:
                 guard=target,
                 report=reporter(control, self.progress),
             )
-        queried = probe.queried if probe else self.client.using in _this_thread.opened
         try:
-            return self._finish(job, control, attempt, queried)
+            return self._finish(job, control, attempt, job_queried(probe, self.client.using))
         finally:
             if target.sent:
                 # Interrupted anywhere, even inside a database driver: its connections may be

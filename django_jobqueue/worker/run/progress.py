@@ -9,7 +9,7 @@ before its outcome is written: a loop ``0..N`` leaves ``N`` on the row.
 Written by the worker, never on the job's own connection, a report is seen at
 once even while the job's ``transaction.atomic()`` is open, and survives its
 rollback. With ``--pool processes`` the child sends its reports to the slot's
-thread over the pipe it answers on (``child.py``, ``pool.py``); the parent
+thread over the pipe it answers on (``pools/processes/child.py``, ``pools/processes/children.py``); the parent
 writes them the same way.
 
 Every write is fenced by the claim (``QueueClient.record_progress``): a

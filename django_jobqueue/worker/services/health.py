@@ -11,7 +11,7 @@ otherwise. The rule (``Health.problems``):
 - the worker has started its loops (registered, slots and threads up);
 - the claimer thread and the heartbeat thread are alive;
 - neither claiming, the heartbeat nor registering is in a database outage now
-  (their last call failed: ``outage.py`` tells the metrics of every failure
+  (their last call failed: ``worker/outage.py`` tells the metrics of every failure
   and every recovery);
 - a claim round or a heartbeat reached the database within
   ``CONTACT_BOUND`` seconds: three of the idle heartbeat's 10 s beats, so a

@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Callable
 
-from ...queue import QueueClient
+from ...queue import WORKER_STALE_AFTER, QueueClient
 from ..outage import DATABASE_ERRORS, Outage
 from ..service import Service
 
@@ -26,8 +26,6 @@ logger = logging.getLogger(__name__)
 MIN_INTERVAL = 0.2
 MAX_INTERVAL = 15.0
 JITTER = 0.2
-# Six missed beats of the slowest heartbeat (10 s) before a worker row is stale.
-WORKER_STALE_AFTER = 60.0
 PRUNE_EVERY = 300.0
 
 

@@ -36,7 +36,7 @@ gets ``JobTimeout`` raised, even inside a ``sleep``.
 A job's ``ctx.progress()`` reports go to the parent on the pipe the verdict
 comes back on, as ``NOTE`` messages, at most one per ``NOTE_INTERVAL``; the
 last report not sent rides with the answer. The parent's slot thread keeps
-them in memory and its progress writer writes them (``progress.py``).
+them in memory and its progress writer writes them (``run/progress.py``).
 Messages come in the order the jobs run, so a note belongs to the job whose
 answer comes next.
 """
@@ -232,7 +232,7 @@ def _run(
     """Run ``job`` (the running one); return its attempt and its last progress report not sent yet."""
     from ...outage import failed_to_connect
     from ...run.attempt import run_job
-    from ...run.executor import close_held_connections
+    from ...run.connections import close_held_connections
 
     close_held_connections()
     notes = _ProgressNotes(sender, running)
@@ -432,6 +432,6 @@ class _Resident:
 
 
 def _close_connections() -> None:
-    from ...run.executor import close_all_connections
+    from ...run.connections import close_all_connections
 
     close_all_connections()
