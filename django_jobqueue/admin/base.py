@@ -154,6 +154,29 @@ class TitledAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
 
+class ReadOnlyAdmin(TitledAdmin):
+    """Rows the queue and its workers write (batches, workers): nobody adds, changes or deletes one."""
+
+    show_facets = admin.ShowFacets.NEVER
+    empty_value_display = EMPTY
+
+    class Media:
+        css = {"all": ["django_jobqueue/admin.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # The queue's database (JOBQUEUE["DATABASE"]), which need not be "default".
+        return super().get_queryset(request).using(QueueClient().using)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
 class OperatorAdmin(TitledAdmin):
     """A list an operator reads and acts on; rows change only through ``QueueClient``."""
 

@@ -7,15 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, QuerySet
-from django.http import HttpRequest
+from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..models import Batch, DeadLetter, Job, JobStatus
 from ..queue import QueueClient
-from .base import TitledAdmin
+from .base import ReadOnlyAdmin
 from .display import EMPTY, cut, in_list, timestamp
 from .jobs import plural
 
@@ -61,7 +60,7 @@ def count_of(field: str) -> Callable[[Any, Batch], str]:
     return column
 
 
-class BatchAdmin(TitledAdmin):
+class BatchAdmin(ReadOnlyAdmin):
     """``batch()``'s rows: how far each batch is, and the callback it enqueued once finished."""
 
     # The list's own columns of the callback, progress and times are short: a list is read across.
@@ -99,23 +98,6 @@ class BatchAdmin(TitledAdmin):
     failed_count = count_of("failed")
     cancelled_count = count_of("cancelled")
     search_fields = ("on_finish",)
-    show_facets = admin.ShowFacets.NEVER
-    empty_value_display = EMPTY
-
-    class Media:
-        css = {"all": ["django_jobqueue/admin.css"]}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Batch | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Batch | None = None) -> bool:
-        return False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:
-        return super().get_queryset(request).using(QueueClient().using)
 
     @admin.display(description="progress")
     def progress(self, batch: Batch) -> SafeString:
