@@ -15,8 +15,7 @@ from django.utils.safestring import SafeString
 from ..models import Batch, DeadLetter, Job, JobStatus
 from ..queue import QueueClient
 from .base import ReadOnlyAdmin
-from .display import EMPTY, cut, in_list, timestamp
-from .jobs import plural
+from .display import EMPTY, cut_column, in_list, plural, timestamp
 
 # A batch's jobs by status on its page, in the order a job goes through them.
 STATES = (JobStatus.WAITING, JobStatus.READY, JobStatus.RUNNING, JobStatus.DONE, JobStatus.CANCELLED)
@@ -103,9 +102,7 @@ class BatchAdmin(ReadOnlyAdmin):
     def progress(self, batch: Batch) -> SafeString:
         return format_html("{} {}", progress_bar(batch), progress_words(batch))
 
-    @admin.display(description="on finish")
-    def callback_name(self, batch: Batch) -> SafeString | str:
-        return cut(batch.on_finish)
+    callback_name = cut_column("on_finish", "on finish")
 
     @admin.display(description="progress")
     def share_finished(self, batch: Batch) -> SafeString:

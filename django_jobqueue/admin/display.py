@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -160,6 +162,21 @@ def cut(text: str | None) -> SafeString | str:
     if not text:
         return EMPTY
     return format_html('<span class="jq-cut" title="{}">{}</span>', text, text)
+
+
+def cut_column(field: str, description: str = "") -> Callable[[Any, Any], SafeString | str]:
+    """A list column of a row's ``field``, ``cut`` to its width; headed ``description``, else ``field``."""
+
+    @admin.display(description=description or field)
+    def column(admin_page: Any, row: Any) -> SafeString | str:
+        return cut(getattr(row, field))
+
+    return column
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 job``, ``9,017 jobs``."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def progress_label(progress: Any) -> str:

@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
@@ -26,32 +25,25 @@ from ..models import LIVE_STATUSES, Job, JobStatus
 from ..queue import JobChange, engine_for
 from ..stats import format_age
 from . import dependencies
-from .attempts import timeline
 from .audit import log_job_changes
-from .base import MatchedIdsPaginator, OperatorAdmin, id_batches, parse_id
+from .base import SAMPLE_SIZE, MatchedIdsPaginator, capped_count, carried_selection, id_batches, parse_id
 from .display import (
     EMPTY,
-    concurrency_limit,
-    cut,
-    linked_batch,
+    cut_column,
     pill,
+    plural,
     preformatted,
     pretty_json,
-    pretty_payload,
     progress_in_list,
     relative,
-    seconds,
-    time_limit,
     timestamp,
     with_relative,
 )
 from .filters import BatchFilter, NameFilter, QueueFilter, StatusFilter
+from .job_fields import JobFieldsAdmin
 
 RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
 CANCELLABLE = (*LIVE_STATUSES, JobStatus.WAITING)
-# A confirmation counts this far, then says "more than"; it lists a few.
-CONFIRM_COUNT_CAP = 1_000_000
-SAMPLE_SIZE = 10
 
 
 class InRowsOf(Expression):
@@ -85,7 +77,7 @@ class InRowsOf(Expression):
         return engine_for(connection).in_rows(column_sql, rows_sql), (*column_params, *rows_params)
 
 
-class JobAdmin(OperatorAdmin):
+class JobAdmin(JobFieldsAdmin):
     list_display = (
         "id",
         "job_name",
@@ -140,9 +132,6 @@ class JobAdmin(OperatorAdmin):
     )
     readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
-    class Media:
-        css = {"all": ["django_jobqueue/admin.css"]}
-
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         # A job is cancelled, then pruned; it is never deleted by hand.
         return False
@@ -172,13 +161,8 @@ class JobAdmin(OperatorAdmin):
 
     # -- list columns --------------------------------------------------------
 
-    @admin.display(description="name")
-    def job_name(self, job: Job) -> SafeString | str:
-        return cut(job.name)
-
-    @admin.display(description="queue")
-    def job_queue(self, job: Job) -> SafeString | str:
-        return cut(job.queue)
+    job_name = cut_column("name")
+    job_queue = cut_column("queue")
 
     @admin.display(description="status")
     def job_status(self, job: Job) -> SafeString:
@@ -187,10 +171,6 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="priority")
     def job_priority(self, job: Job) -> int:
         return job.priority
-
-    @admin.display(description="attempts")
-    def attempts_of_max(self, job: Job) -> str:
-        return f"{job.attempts} / {job.max_attempts}"
 
     @admin.display(description="progress")
     def progress_of_running(self, job: Job) -> SafeString | str:
@@ -207,29 +187,9 @@ class JobAdmin(OperatorAdmin):
     def status_detail(self, job: Job) -> SafeString:
         return format_html("{} {}", status_pill(job), status_hint(job))
 
-    @admin.display(description="concurrency key")
-    def key_for_concurrency(self, job: Job) -> str:
-        return job.concurrency_key or EMPTY
-
-    @admin.display(description="concurrency limit")
-    def limit_for_concurrency(self, job: Job) -> str:
-        return concurrency_limit(job.concurrency_limit)
-
-    @admin.display(description="batch")
-    def batch_link(self, job: Job) -> SafeString | str:
-        return linked_batch(job.batch_id, self.client().using, self.admin_site.name)
-
     @admin.display(description="claim deadline")
     def claim_deadline(self, job: Job) -> SafeString | str:
         return with_relative(job.locked_until) if job.status == JobStatus.RUNNING else EMPTY
-
-    @admin.display(description="visibility timeout")
-    def claim_timeout(self, job: Job) -> str:
-        return seconds(job.visibility_timeout)
-
-    @admin.display(description="time limit")
-    def attempt_time_limit(self, job: Job) -> str:
-        return time_limit(job.timeout)
 
     @admin.display(description="enqueued at")
     def enqueued(self, job: Job) -> SafeString | str:
@@ -251,10 +211,6 @@ class JobAdmin(OperatorAdmin):
     def waited_on_by(self, job: Job) -> SafeString | str:
         return dependencies.waited_on_by(job, self.admin_site.name)
 
-    @admin.display(description="payload")
-    def payload_json(self, job: Job) -> SafeString:
-        return pretty_payload(job.payload)
-
     @admin.display(description="error")
     def last_error_text(self, job: Job) -> SafeString:
         note = earlier_error_note(job)
@@ -265,10 +221,6 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="traceback")
     def last_traceback_text(self, job: Job) -> SafeString:
         return preformatted(job.last_traceback)
-
-    @admin.display(description="attempts")
-    def attempt_timeline(self, job: Job) -> SafeString:
-        return timeline(job)
 
     @admin.display(description="result")
     def result_json(self, job: Job) -> SafeString:
@@ -282,19 +234,12 @@ class JobAdmin(OperatorAdmin):
             (EARLIER_ERROR if title == "Last error" else title, options) for title, options in self.fieldsets
         )
 
-    def render_change_form(
-        self,
-        request: HttpRequest,
-        context: dict[str, Any],
-        add: bool = False,
-        change: bool = False,
-        form_url: str = "",
-        obj: Any = None,
-    ) -> Any:
+    def buttons(self, request: HttpRequest, obj: Job | None) -> dict[str, Any]:
         may_change = self.has_change_permission(request)
-        context["can_retry_now"] = may_change and obj is not None and obj.status in RETRYABLE
-        context["can_cancel"] = may_change and obj is not None and obj.status in CANCELLABLE
-        return super().render_change_form(request, context, add, change, form_url, obj)
+        return {
+            "can_retry_now": may_change and obj is not None and obj.status in RETRYABLE,
+            "can_cancel": may_change and obj is not None and obj.status in CANCELLABLE,
+        }
 
     # -- actions ---------------------------------------------------------------
 
@@ -333,21 +278,16 @@ class JobAdmin(OperatorAdmin):
         form_action: str,
     ) -> TemplateResponse:
         """Say what cancelling does to running jobs, before it is done (a running handler is not stopped)."""
-        running_count = running.order_by()[: CONFIRM_COUNT_CAP + 1].count()
-        hidden = [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
-        if chosen is not None:
-            hidden += [("action", "cancel"), ("select_across", request.POST.get("select_across", "0"))]
-        return TemplateResponse(
+        running_count, more_than = capped_count(running)
+        return self.confirmation(
             request,
             "admin/django_jobqueue/job/cancel_confirmation.html",
             {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
                 "title": "Cancel running jobs" if chosen is not None else "Cancel a running job",
-                "running_count": min(running_count, CONFIRM_COUNT_CAP),
-                "more_than": running_count > CONFIRM_COUNT_CAP,
+                "running_count": running_count,
+                "more_than": more_than,
                 "sample": list(running.order_by("-pk")[:SAMPLE_SIZE]),
-                "hidden": hidden,
+                "hidden": carried_selection(request, "cancel" if chosen is not None else None),
                 "over_selection": chosen is not None,
                 "form_action": form_action,
                 "back": request.get_full_path() if chosen is not None else self.url("change", running[0].pk),
@@ -428,30 +368,21 @@ class JobAdmin(OperatorAdmin):
         status: str,
         message: str,
     ) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        object_id = unquote(object_id)
-        job_id = parse_id(object_id)
-        if job_id is None:
-            return self.does_not_exist(request, object_id)
-        changes = change([job_id])
-        if changes:
-            log_job_changes(request, changes, status, message)
-            self.message_user(request, f"Job #{job_id}: {message}", messages.SUCCESS)
-        else:
-            job = Job.objects.using(self.client().using).filter(pk=job_id).first()
-            if job is None:
-                return self.does_not_exist(request, object_id)
-            self.message_user(
-                request, f"Job #{job_id} is {job.status}: it was left as it was.", messages.WARNING
-            )
-        return HttpResponseRedirect(self.url("change", job_id))
+        def act(job_id: int) -> HttpResponse | None:
+            changes = change([job_id])
+            if changes:
+                log_job_changes(request, changes, status, message)
+                self.message_user(request, f"Job #{job_id}: {message}", messages.SUCCESS)
+            else:
+                job = Job.objects.using(self.client().using).filter(pk=job_id).first()
+                if job is None:
+                    return None
+                self.message_user(
+                    request, f"Job #{job_id} is {job.status}: it was left as it was.", messages.WARNING
+                )
+            return HttpResponseRedirect(self.url("change", job_id))
 
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+        return self.row_button(request, object_id, act)
 
 
 def status_pill(job: Job) -> SafeString:

@@ -27,7 +27,7 @@ from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
 from .base import ReadOnlyAdmin
-from .display import cut, in_list, pill, slots, timestamp, with_relative
+from .display import cut, cut_column, in_list, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -213,13 +213,8 @@ class WorkerAdmin(ReadOnlyAdmin):
         # The database's clock, read with the rows, to tell a late heartbeat.
         return super().get_queryset(request).annotate(database_now=Now())
 
-    @admin.display(description="worker id")
-    def worker(self, worker: Worker) -> SafeString | str:
-        return cut(worker.worker_id)
-
-    @admin.display(description="hostname")
-    def host(self, worker: Worker) -> SafeString | str:
-        return cut(worker.hostname)
+    worker = cut_column("worker_id", "worker id")
+    host = cut_column("hostname")
 
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:

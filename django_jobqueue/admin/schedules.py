@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -31,6 +30,7 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    cut_column,
     in_list,
     pretty_json,
     pretty_payload,
@@ -138,13 +138,8 @@ class ScheduleAdmin(OperatorAdmin):
 
     # -- columns and fields ----------------------------------------------------
 
-    @admin.display(description="name")
-    def schedule_name(self, row: Schedule) -> SafeString | str:
-        return cut(row.name)
-
-    @admin.display(description="job")
-    def schedule_job(self, row: Schedule) -> SafeString | str:
-        return cut(row.job)
+    schedule_name = cut_column("name")
+    schedule_job = cut_column("job")
 
     @admin.display(description="when")
     def when(self, row: Schedule) -> str:
@@ -254,21 +249,14 @@ class ScheduleAdmin(OperatorAdmin):
         payload = pretty_payload(definition.pop("payload", {}))
         return format_html("{}<p>payload:</p>{}", pretty_json(definition), payload)
 
-    def render_change_form(
-        self,
-        request: HttpRequest,
-        context: dict[str, Any],
-        add: bool = False,
-        change: bool = False,
-        form_url: str = "",
-        obj: Any = None,
-    ) -> Any:
+    def buttons(self, request: HttpRequest, obj: Schedule | None) -> dict[str, Any]:
         may_change = obj is not None and self.has_change_permission(request)
-        context["can_act"] = may_change
-        context["can_run_now"] = may_change and state_of(obj).declared is not None
-        context["once_field"] = TOKEN_FIELD
-        context["once"] = new_token()
-        return super().render_change_form(request, context, add, change, form_url, obj)
+        return {
+            "can_act": may_change,
+            "can_run_now": may_change and obj is not None and state_of(obj).declared is not None,
+            "once_field": TOKEN_FIELD,
+            "once": new_token(),
+        }
 
     # -- actions ---------------------------------------------------------------
 
@@ -381,17 +369,15 @@ class ScheduleAdmin(OperatorAdmin):
         self, request: HttpRequest, object_id: str, act: Callable[[Schedule], object]
     ) -> HttpResponse:
         """Act on one row, then go back to its page (a POST answered with a redirect)."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        object_id = unquote(object_id)
-        row_id = parse_id(object_id)
-        row = self.get_queryset(request).filter(pk=row_id).first() if row_id is not None else None
-        if row is None:
-            return self.does_not_exist(request, object_id)
-        act(row)
-        return HttpResponseRedirect(self.url("change", row.pk))
+
+        def on_row(row_id: int) -> HttpResponse | None:
+            row = self.get_queryset(request).filter(pk=row_id).first()
+            if row is None:
+                return None
+            act(row)
+            return HttpResponseRedirect(self.url("change", row.pk))
+
+        return self.row_button(request, object_id, on_row)
 
 
 def quoted(names: list[str]) -> str:
