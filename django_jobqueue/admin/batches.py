@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 from ..models import Batch, DeadLetter, Job, JobStatus
 from ..queue import QueueClient
 from .base import ReadOnlyAdmin
-from .display import EMPTY, cut_column, in_list, plural, timestamp
+from .display import EMPTY, cut_column, date_column, plural, progress_cell, timestamp
 
 # A batch's jobs by status on its page, in the order a job goes through them.
 STATES = (JobStatus.WAITING, JobStatus.READY, JobStatus.RUNNING, JobStatus.DONE, JobStatus.CANCELLED)
@@ -107,21 +107,10 @@ class BatchAdmin(ReadOnlyAdmin):
     @admin.display(description="progress")
     def share_finished(self, batch: Batch) -> SafeString:
         # The bar and its share; the counts and the state in the tooltip (and the columns beside).
-        share = progress_share(batch)
-        return format_html(
-            '<span class="jq-progress-row" title="{}">{} <span class="jq-progress-label">{}%</span></span>',
-            progress_words(batch),
-            progress_bar(batch),
-            share,
-        )
+        return progress_cell(progress_bar(batch), f"{progress_share(batch)}%", progress_words(batch))
 
-    @admin.display(description="created")
-    def created_ago(self, batch: Batch) -> SafeString | str:
-        return in_list(batch.created_at, "created at")
-
-    @admin.display(description="finished")
-    def finished_ago(self, batch: Batch) -> SafeString | str:
-        return in_list(batch.finished_at, "finished at")
+    created_ago = date_column("created_at", "created", "created at")
+    finished_ago = date_column("finished_at", "finished", "finished at")
 
     @admin.display(description="callback")
     def callback_link(self, batch: Batch) -> SafeString:

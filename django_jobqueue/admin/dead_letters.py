@@ -25,7 +25,7 @@ from ..models import DeadLetter
 from ..queue import RetriedDeadLetter
 from .audit import log_deleted, log_retried
 from .base import SAMPLE_SIZE, capped_count, carried_selection, parse_id
-from .display import EMPTY, cut_column, in_list, plural, preformatted, with_relative
+from .display import EMPTY, cut_column, date_column, date_field, plural, preformatted
 from .filters import BatchFilter, FailedFilter, NameFilter, QueueFilter
 from .job_fields import JobFieldsAdmin
 
@@ -41,10 +41,8 @@ class DeadLetterAdmin(JobFieldsAdmin):
         "failed",
     )
     list_display_links = ("id", "letter_name")
-    sortable_by = ("id",)
     list_filter = (BatchFilter, QueueFilter, NameFilter, FailedFilter)
     filter_params = frozenset({"queue", "name", "failed", "batch"})
-    search_fields = ("name",)
     search_help_text = "A dead letter's id, the failed job's id or a job name, exactly."
     # Newest failure first: (failed_at), (queue, failed_at) or (name, failed_at) read backwards.
     ordering = ("-failed_at",)
@@ -109,17 +107,9 @@ class DeadLetterAdmin(JobFieldsAdmin):
             '<span class="jq-cut" title="{}">{}</span>', letter.error[:500], first_line[0][:200]
         )
 
-    @admin.display(description="failed")
-    def failed(self, letter: DeadLetter) -> SafeString | str:
-        return in_list(letter.failed_at, "failed at")
-
-    @admin.display(description="failed at")
-    def failed_when(self, letter: DeadLetter) -> SafeString | str:
-        return with_relative(letter.failed_at)
-
-    @admin.display(description="first enqueued at")
-    def enqueued(self, letter: DeadLetter) -> SafeString | str:
-        return with_relative(letter.enqueued_at)
+    failed = date_column("failed_at", "failed", "failed at")
+    failed_when = date_field("failed_at", "failed at")
+    enqueued = date_field("enqueued_at", "first enqueued at")
 
     @admin.display(description="error")
     def error_text(self, letter: DeadLetter) -> SafeString:

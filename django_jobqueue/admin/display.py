@@ -112,6 +112,26 @@ def with_relative(when: datetime | None) -> SafeString | str:
     return format_html('{} <span class="jq-quiet">({})</span>', timestamp(when), relative(when))
 
 
+def date_column(field: str, description: str, what: str) -> Callable[[Any, Any], SafeString | str]:
+    """A list column of a row's date ``field``, ``in_list``: its tooltip names the date ``what``."""
+
+    @admin.display(description=description)
+    def column(admin_page: Any, row: Any) -> SafeString | str:
+        return in_list(getattr(row, field), what)
+
+    return column
+
+
+def date_field(field: str, description: str) -> Callable[[Any, Any], SafeString | str]:
+    """A detail page's field of a row's date ``field``, ``with_relative``."""
+
+    @admin.display(description=description)
+    def shown(admin_page: Any, row: Any) -> SafeString | str:
+        return with_relative(getattr(row, field))
+
+    return shown
+
+
 def seconds(value: float | None) -> str:
     """A duration in seconds with its unit: ``30 s``, ``2.5 s``."""
     if value is None:
@@ -136,13 +156,17 @@ def linked_batch(batch_id: int | None, using: str, site_name: str) -> SafeString
     """
     if batch_id is None:
         return EMPTY
-    row = Batch.objects.using(using).filter(pk=batch_id).values_list("on_finish", "finished_at").first()
-    if row is None:
+    batch = read_batch(batch_id, using)
+    if batch is None:
         return format_html("#{} (no such batch)", batch_id)
-    on_finish, finished_at = row
     url = reverse("admin:django_jobqueue_batch_change", args=[batch_id], current_app=site_name)
-    state = "running" if finished_at is None else "finished"
-    return format_html('<a href="{}">#{} {}</a> ({})', url, batch_id, on_finish, state)
+    state = "running" if batch.finished_at is None else "finished"
+    return format_html('<a href="{}">#{} {}</a> ({})', url, batch_id, batch.on_finish, state)
+
+
+def read_batch(batch_id: int, using: str) -> Batch | None:
+    """What names batch ``batch_id`` where a job or a dead letter links it: its callback and its end."""
+    return Batch.objects.using(using).filter(pk=batch_id).only("on_finish", "finished_at").first()
 
 
 def slots(concurrency: int, minimum: int | None, maximum: int | None) -> str:
@@ -222,10 +246,15 @@ def progress_in_list(progress: Any) -> SafeString | str:
     current, total, _message = parts
     label = progress_label(progress)
     short = f"{_percent(current, total)}%" if total is not None else _number(current)
+    return progress_cell(_bar(parts, label), short, label)
+
+
+def progress_cell(bar: SafeString, short: str, label: str) -> SafeString:
+    """A list cell's ``bar`` and its ``short`` label, ``42%``; the whole ``label`` is its tooltip."""
     return format_html(
         '<span class="jq-progress-row" title="{}">{} <span class="jq-progress-label">{}</span></span>',
         label,
-        _bar(parts, label),
+        bar,
         short,
     )
 

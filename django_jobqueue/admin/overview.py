@@ -27,7 +27,7 @@ from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
 from .base import ReadOnlyAdmin
-from .display import cut, cut_column, in_list, pill, slots, timestamp, with_relative
+from .display import cut, cut_column, date_column, in_list, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -228,9 +228,7 @@ class WorkerAdmin(ReadOnlyAdmin):
     def queues_served(self, worker: Worker) -> SafeString | str:
         return cut(self.serves(worker))
 
-    @admin.display(description="started")
-    def started_ago(self, worker: Worker) -> SafeString | str:
-        return in_list(worker.started_at, "started at")
+    started_ago = date_column("started_at", "started", "started at")
 
     @admin.display(description="last heartbeat")
     def heartbeat_ago(self, worker: Worker) -> SafeString:

@@ -31,6 +31,7 @@ from .display import (
     concurrency_limit,
     cut,
     cut_column,
+    date_field,
     in_list,
     pretty_json,
     pretty_payload,
@@ -230,9 +231,7 @@ class ScheduleAdmin(OperatorAdmin):
     def state(self, row: Schedule) -> SafeString:
         return state_pills(row)
 
-    @admin.display(description="handled through")
-    def handled_through_at(self, row: Schedule) -> SafeString | str:
-        return with_relative(row.handled_through)
+    handled_through_at = date_field("handled_through", "handled through")
 
     @admin.display(description="row updated at")
     def updated(self, row: Schedule) -> str:
