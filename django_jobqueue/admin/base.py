@@ -14,7 +14,7 @@ from django.core.paginator import EmptyPage, Page, Paginator
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
@@ -350,6 +350,15 @@ class OperatorAdmin(TitledAdmin):
         row_id = parse_id(object_id)
         response = act(row_id) if row_id is not None else None
         return response if response is not None else self.does_not_exist(request, object_id)
+
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
+        """This page's views besides Django's: (route, view, URL name), each behind the admin's login."""
+        return []
+
+    def get_urls(self) -> list[URLPattern]:
+        login = self.admin_site.admin_view
+        own = [path(route, login(view), name=self.url_name(name)) for route, view, name in self.own_views()]
+        return [*own, *super().get_urls()]
 
     def url_name(self, view: str) -> str:
         return f"{self.opts.app_label}_{self.opts.model_name}_{view}"

@@ -7,6 +7,7 @@ retried twice (a double submit, two operators) still becomes one job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,7 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -189,12 +190,10 @@ class DeadLetterAdmin(JobFieldsAdmin):
 
     # -- views: retry one, retry all matching ------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
-            path("retry-matching/", view(self.retry_matching_view), name=self.url_name("retry_matching")),
-            path("<path:object_id>/retry/", view(self.retry_view), name=self.url_name("retry")),
-            *super().get_urls(),
+            ("retry-matching/", self.retry_matching_view, "retry_matching"),
+            ("<path:object_id>/retry/", self.retry_view, "retry"),
         ]
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:

@@ -16,7 +16,6 @@ from django.db.models import BooleanField, Expression, F, Q, QuerySet, Subquery
 from django.db.models.sql.compiler import SQLCompiler
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -313,12 +312,10 @@ class JobAdmin(JobFieldsAdmin):
 
     # -- the buttons on a job's page --------------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
-            path("<path:object_id>/retry-now/", view(self.retry_now_view), name=self.url_name("retry_now")),
-            path("<path:object_id>/cancel/", view(self.cancel_view), name=self.url_name("cancel")),
-            *super().get_urls(),
+            ("<path:object_id>/retry-now/", self.retry_now_view, "retry_now"),
+            ("<path:object_id>/cancel/", self.cancel_view, "cancel"),
         ]
 
     def retry_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:

@@ -18,7 +18,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -339,13 +339,11 @@ class ScheduleAdmin(OperatorAdmin):
 
     # -- the buttons on a schedule's page ------------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
-            path("<path:object_id>/pause/", view(self.pause_view), name=self.url_name("pause")),
-            path("<path:object_id>/resume/", view(self.resume_view), name=self.url_name("resume")),
-            path("<path:object_id>/run-now/", view(self.run_now_view), name=self.url_name("run_now")),
-            *super().get_urls(),
+            ("<path:object_id>/pause/", self.pause_view, "pause"),
+            ("<path:object_id>/resume/", self.resume_view, "resume"),
+            ("<path:object_id>/run-now/", self.run_now_view, "run_now"),
         ]
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
