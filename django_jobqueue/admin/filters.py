@@ -14,9 +14,9 @@ from django.db.models import Model, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
+from ..column_values import distinct_values
 from ..models import JobStatus
 from ..queue.validation import check_name, check_queue
-from ..stats import distinct_values
 from .base import parse_id
 from .display import read_batch
 
