@@ -104,6 +104,18 @@ class ProviderError(Exception):
     pass
 
 
+def on_new_job_page(page: Any, name: str) -> tuple[Job, str]:
+    """Wait for the page of the job named ``name`` an action made; return it and the page's message.
+
+    The job is the only one of its name, and ready.
+    """
+    page.wait_for_url("**/job/*/change/")
+    made = Job.objects.get(name=name)
+    assert page.url.endswith(f"/job/{made.pk}/change/")
+    assert page.locator(".field-status_detail .jq-pill").inner_text() == "ready"
+    return made, page.locator(".messagelist").inner_text().strip()
+
+
 def failure(message: str) -> tuple[str, str]:
     """An error and its traceback, from an exception raised for real."""
 
@@ -147,13 +159,8 @@ def test_retry_a_dead_letter_from_the_browser(page, live_server, queue, operator
     assert page.locator("pre", has_text="Traceback (most recent call last)").is_visible()
     page.get_by_role("button", name="Retry").click()
 
-    page.wait_for_url("**/job/*/change/")
-    job = Job.objects.get(name="send_otp")
-    assert page.url.endswith(f"/job/{job.pk}/change/")
-    assert page.locator(".messagelist").inner_text().strip() == (
-        f"Dead letter #{letter.pk} is back on queue “sms” as job #{job.pk}."
-    )
-    assert page.locator(".field-status_detail .jq-pill").inner_text() == "ready"
+    job, message = on_new_job_page(page, "send_otp")
+    assert message == f"Dead letter #{letter.pk} is back on queue “sms” as job #{job.pk}."
 
     page.goto(f"{live_server.url}/admin/django_jobqueue/job/?queue=sms&status=due")
     listed = page.locator("#result_list tbody tr")
@@ -218,13 +225,8 @@ def test_pause_and_run_a_schedule_from_the_browser(page, live_server, queue, ope
     page.screenshot(path=str(target / "admin-schedule.png"), full_page=True)
     page.get_by_role("button", name="Run now").click()
 
-    page.wait_for_url("**/job/*/change/")
-    made = Job.objects.get(name="reports.nightly")
-    assert page.url.endswith(f"/job/{made.pk}/change/")
-    assert page.locator(".messagelist").inner_text().strip() == (
-        f"Ran now: “nightly-report” as job #{made.pk}."
-    )
-    assert page.locator(".field-status_detail .jq-pill").inner_text() == "ready"
+    made, message = on_new_job_page(page, "reports.nightly")
+    assert message == f"Ran now: “nightly-report” as job #{made.pk}."
     # Back, and the browser sends the form again: still one job.
     page.go_back()
     page.wait_for_url("**/schedule/*/change/")

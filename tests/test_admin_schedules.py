@@ -8,14 +8,12 @@ as a worker writes them.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
-from django.db import connections
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -23,6 +21,7 @@ from django_jobqueue import job, registry
 from django_jobqueue.models import Job, Schedule
 from django_jobqueue.queue.schedules import ScheduleBook
 from django_jobqueue.schedules import declared_schedules
+from tests.test_queue_concurrency import run_threads
 
 SCHEDULES_URL = reverse("admin:django_jobqueue_schedule_changelist")
 REPORT, PING = "tests.schedules.report", "tests.schedules.ping"
@@ -342,24 +341,13 @@ def test_clicks_at_once_make_one_job(operator):
     operator.get(SCHEDULES_URL)
     ping = row("ping")
     token = token_in(text(operator.get(schedule_url(ping.pk))))
-    start = threading.Barrier(4)
-    statuses: list[int] = []
 
-    def click() -> None:
+    def click(_: int) -> int:
         browser = Client()
         browser.cookies = operator.cookies
-        try:
-            start.wait()
-            statuses.append(browser.post(schedule_url(ping.pk, "run_now"), {"once": token}).status_code)
-        finally:
-            connections.close_all()
+        return browser.post(schedule_url(ping.pk, "run_now"), {"once": token}).status_code
 
-    threads = [threading.Thread(target=click) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert statuses == [302] * 4
+    assert run_threads(4, click) == [302] * 4
     assert Job.objects.count() == 1
     assert LogEntry.objects.filter(object_id=str(ping.pk)).count() == 1
 

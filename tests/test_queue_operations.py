@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job
 from tests.faults.row_locks import race
+from tests.test_queue_concurrency import run_threads
 
 from .conftest import received
 
@@ -147,25 +146,9 @@ def test_a_dead_letter_retried_twice_makes_one_job(queue):
 def test_operators_retrying_the_same_dead_letters_at_once_make_one_job_each(queue):
     for i in range(60):
         make_dead(queue, payload={"i": i})
-    barrier = threading.Barrier(4)
-    counts: list[int] = []
-    errors: list[BaseException] = []
-
-    def retry_all() -> None:
-        try:
-            barrier.wait()
-            counts.append(QueueClient().retry_dead_letters(DeadLetter.objects.all(), batch_size=7))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=retry_all) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors, errors
+    counts = run_threads(
+        4, lambda _: QueueClient().retry_dead_letters(DeadLetter.objects.all(), batch_size=7)
+    )
     assert sum(counts) == 60
     assert Job.objects.count() == 60 and not DeadLetter.objects.exists()
     assert sorted(job.payload["i"] for job in Job.objects.all()) == list(range(60))

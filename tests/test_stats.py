@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_jobqueue import stats
+from django_jobqueue.column_values import distinct_values
 from django_jobqueue.models import DeadLetter, Job
 from django_jobqueue.queue.flow import QueueLimits, Rate
 
@@ -35,9 +36,9 @@ def test_format_age(seconds, shown):
 def test_distinct_values_skip_through_an_index(queue):
     for name in ["c", "a", "b", "a", "c"]:
         queue.push(f"job.{name}", {}, queue=f"q-{name}")
-    assert stats.distinct_values(Job, "queue", "default") == ["q-a", "q-b", "q-c"]
-    assert stats.distinct_values(Job, "name", "default", limit=2) == ["job.a", "job.b"]
-    assert stats.distinct_values(DeadLetter, "queue", "default") == []
+    assert distinct_values(Job, "queue", "default") == ["q-a", "q-b", "q-c"]
+    assert distinct_values(Job, "name", "default", limit=2) == ["job.a", "job.b"]
+    assert distinct_values(DeadLetter, "queue", "default") == []
 
 
 def test_distinct_values_find_every_kind_of_job(queue):
@@ -55,8 +56,8 @@ def test_distinct_values_find_every_kind_of_job(queue):
     first = queue.push("job.first", {}, queue="q-first")
     queue.push("job.waiting", {}, queue="q-waiting", depends_on=[first])
     kinds = ["done", "cancelled", "running", "ready", "keyed", "first", "waiting"]
-    assert stats.distinct_values(Job, "queue", "default") == sorted(f"q-{kind}" for kind in kinds)
-    assert stats.distinct_values(Job, "name", "default") == sorted(f"job.{kind}" for kind in kinds)
+    assert distinct_values(Job, "queue", "default") == sorted(f"q-{kind}" for kind in kinds)
+    assert distinct_values(Job, "name", "default") == sorted(f"job.{kind}" for kind in kinds)
 
 
 def test_the_last_hour_counts_each_minute_by_the_database_clock(queue):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ERROR_FLAG, ORDER_VAR, PAGE_VAR, SEARCH_VAR, ChangeList
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import EmptyPage, Page, Paginator
 from django.db.models import Model, Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.http import urlencode
@@ -27,6 +30,9 @@ MAX_ID = 2**63 - 1
 ACTION_BATCH = 500
 # Query-string keys every list understands, besides its filters' own.
 COMMON_PARAMS = frozenset({PAGE_VAR, SEARCH_VAR, ORDER_VAR, ERROR_FLAG, "_popup"})
+# A confirmation counts this far, then says "more than"; it lists a few.
+CONFIRM_COUNT_CAP = 1_000_000
+SAMPLE_SIZE = 10
 
 
 def parse_id(value: object) -> int | None:
@@ -112,6 +118,20 @@ def id_batches(queryset: QuerySet[Any], size: int | None = None) -> Iterator[lis
         last = batch[-1]
 
 
+def capped_count(queryset: QuerySet[Any]) -> tuple[int, bool]:
+    """How many rows ``queryset`` holds, up to ``CONFIRM_COUNT_CAP``, and whether it holds more."""
+    counted = queryset.order_by()[: CONFIRM_COUNT_CAP + 1].count()
+    return min(counted, CONFIRM_COUNT_CAP), counted > CONFIRM_COUNT_CAP
+
+
+def carried_selection(request: HttpRequest, action: str | None = None) -> list[tuple[str, str]]:
+    """The hidden fields that post a list's selection again from a confirmation, and its ``action``."""
+    fields = [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
+    if action is not None:
+        fields += [("action", action), ("select_across", request.POST.get("select_across", "0"))]
+    return fields
+
+
 class OperatorChangeList(ChangeList):
     """Django's list, with each row's link made from one ``reverse()`` per page instead of one per link,
     and a search's rows read by the ids its ``MatchedIdsPaginator`` found rather than by the search again.
@@ -152,6 +172,29 @@ class TitledAdmin(admin.ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
         return super().changelist_view(request, extra_context)
+
+
+class ReadOnlyAdmin(TitledAdmin):
+    """Rows the queue and its workers write (batches, workers): nobody adds, changes or deletes one."""
+
+    show_facets = admin.ShowFacets.NEVER
+    empty_value_display = EMPTY
+
+    class Media:
+        css = {"all": ["django_jobqueue/admin.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # The queue's database (JOBQUEUE["DATABASE"]), which need not be "default".
+        return super().get_queryset(request).using(QueueClient().using)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
 
 
 class OperatorAdmin(TitledAdmin):
@@ -248,6 +291,28 @@ class OperatorAdmin(TitledAdmin):
             return HttpResponseRedirect(request.get_full_path())
         return super().response_action(request, queryset, *args, **kwargs)
 
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> Any:
+        context.update(self.buttons(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def buttons(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        """What a row's page offers this user besides its fields: its template's ``can_…`` flags."""
+        return {}
+
+    def confirmation(self, request: HttpRequest, template: str, context: dict[str, Any]) -> TemplateResponse:
+        """A page that asks before an action is done, in the admin's frame: ``template`` with ``context``."""
+        return TemplateResponse(
+            request, template, {**self.admin_site.each_context(request), "opts": self.opts, **context}
+        )
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
@@ -269,6 +334,31 @@ class OperatorAdmin(TitledAdmin):
         }
         self.message_user(request, message, messages.WARNING)
         return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
+
+    def row_button(
+        self, request: HttpRequest, object_id: str, act: Callable[[int], HttpResponse | None]
+    ) -> HttpResponse:
+        """Answer a button of a row's page: a POST, by a user who may change rows; ``act`` on the row's id.
+
+        ``act`` answers None where no row has that id, as a malformed id has none.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        object_id = unquote(object_id)
+        row_id = parse_id(object_id)
+        response = act(row_id) if row_id is not None else None
+        return response if response is not None else self.does_not_exist(request, object_id)
+
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
+        """This page's views besides Django's: (route, view, URL name), each behind the admin's login."""
+        return []
+
+    def get_urls(self) -> list[URLPattern]:
+        login = self.admin_site.admin_view
+        own = [path(route, login(view), name=self.url_name(name)) for route, view, name in self.own_views()]
+        return [*own, *super().get_urls()]
 
     def url_name(self, view: str) -> str:
         return f"{self.opts.app_label}_{self.opts.model_name}_{view}"

@@ -7,17 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count, QuerySet
-from django.http import HttpRequest
+from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..models import Batch, DeadLetter, Job, JobStatus
 from ..queue import QueueClient
-from .base import TitledAdmin
-from .display import EMPTY, cut, in_list, timestamp
-from .jobs import plural
+from .base import ReadOnlyAdmin
+from .display import EMPTY, cut_column, date_column, plural, progress_cell, timestamp
 
 # A batch's jobs by status on its page, in the order a job goes through them.
 STATES = (JobStatus.WAITING, JobStatus.READY, JobStatus.RUNNING, JobStatus.DONE, JobStatus.CANCELLED)
@@ -61,7 +59,7 @@ def count_of(field: str) -> Callable[[Any, Batch], str]:
     return column
 
 
-class BatchAdmin(TitledAdmin):
+class BatchAdmin(ReadOnlyAdmin):
     """``batch()``'s rows: how far each batch is, and the callback it enqueued once finished."""
 
     # The list's own columns of the callback, progress and times are short: a list is read across.
@@ -99,50 +97,20 @@ class BatchAdmin(TitledAdmin):
     failed_count = count_of("failed")
     cancelled_count = count_of("cancelled")
     search_fields = ("on_finish",)
-    show_facets = admin.ShowFacets.NEVER
-    empty_value_display = EMPTY
-
-    class Media:
-        css = {"all": ["django_jobqueue/admin.css"]}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Batch | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Batch | None = None) -> bool:
-        return False
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:
-        return super().get_queryset(request).using(QueueClient().using)
 
     @admin.display(description="progress")
     def progress(self, batch: Batch) -> SafeString:
         return format_html("{} {}", progress_bar(batch), progress_words(batch))
 
-    @admin.display(description="on finish")
-    def callback_name(self, batch: Batch) -> SafeString | str:
-        return cut(batch.on_finish)
+    callback_name = cut_column("on_finish", "on finish")
 
     @admin.display(description="progress")
     def share_finished(self, batch: Batch) -> SafeString:
         # The bar and its share; the counts and the state in the tooltip (and the columns beside).
-        share = progress_share(batch)
-        return format_html(
-            '<span class="jq-progress-row" title="{}">{} <span class="jq-progress-label">{}%</span></span>',
-            progress_words(batch),
-            progress_bar(batch),
-            share,
-        )
+        return progress_cell(progress_bar(batch), f"{progress_share(batch)}%", progress_words(batch))
 
-    @admin.display(description="created")
-    def created_ago(self, batch: Batch) -> SafeString | str:
-        return in_list(batch.created_at, "created at")
-
-    @admin.display(description="finished")
-    def finished_ago(self, batch: Batch) -> SafeString | str:
-        return in_list(batch.finished_at, "finished at")
+    created_ago = date_column("created_at", "created", "created at")
+    finished_ago = date_column("finished_at", "finished", "finished at")
 
     @admin.display(description="callback")
     def callback_link(self, batch: Batch) -> SafeString:

@@ -7,47 +7,31 @@ retried twice (a double submit, two operators) still becomes one job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import DeadLetter
 from ..queue import RetriedDeadLetter
-from .attempts import timeline
 from .audit import log_deleted, log_retried
-from .base import OperatorAdmin, parse_id
-from .display import (
-    EMPTY,
-    concurrency_limit,
-    cut,
-    in_list,
-    linked_batch,
-    preformatted,
-    pretty_payload,
-    seconds,
-    time_limit,
-    with_relative,
-)
+from .base import SAMPLE_SIZE, capped_count, carried_selection, parse_id
+from .display import EMPTY, cut_column, date_column, date_field, plural, preformatted
 from .filters import BatchFilter, FailedFilter, NameFilter, QueueFilter
-from .jobs import plural
-
-# A confirmation counts this far, then says "more than".
-CONFIRM_COUNT_CAP = 1_000_000
-SAMPLE_SIZE = 10
+from .job_fields import JobFieldsAdmin
 
 
-class DeadLetterAdmin(OperatorAdmin):
+class DeadLetterAdmin(JobFieldsAdmin):
     list_display = (
         "id",
         "letter_name",
@@ -58,10 +42,8 @@ class DeadLetterAdmin(OperatorAdmin):
         "failed",
     )
     list_display_links = ("id", "letter_name")
-    sortable_by = ("id",)
     list_filter = (BatchFilter, QueueFilter, NameFilter, FailedFilter)
     filter_params = frozenset({"queue", "name", "failed", "batch"})
-    search_fields = ("name",)
     search_help_text = "A dead letter's id, the failed job's id or a job name, exactly."
     # Newest failure first: (failed_at), (queue, failed_at) or (name, failed_at) read backwards.
     ordering = ("-failed_at",)
@@ -94,9 +76,6 @@ class DeadLetterAdmin(OperatorAdmin):
     )
     readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
-    class Media:
-        css = {"all": ["django_jobqueue/admin.css"]}
-
     def search_filter(self, term: str) -> Q:
         found = Q(name=term)
         number = parse_id(term)
@@ -112,33 +91,12 @@ class DeadLetterAdmin(OperatorAdmin):
 
     # -- columns and fields ----------------------------------------------------
 
-    @admin.display(description="name")
-    def letter_name(self, letter: DeadLetter) -> SafeString | str:
-        return cut(letter.name)
-
-    @admin.display(description="queue")
-    def letter_queue(self, letter: DeadLetter) -> SafeString | str:
-        return cut(letter.queue)
+    letter_name = cut_column("name")
+    letter_queue = cut_column("queue")
 
     @admin.display(description="job")
     def original_job(self, letter: DeadLetter) -> str:
         return f"#{letter.job_id}"
-
-    @admin.display(description="attempts")
-    def attempts_of_max(self, letter: DeadLetter) -> str:
-        return f"{letter.attempts} / {letter.max_attempts}"
-
-    @admin.display(description="concurrency key")
-    def key_for_concurrency(self, letter: DeadLetter) -> str:
-        return letter.concurrency_key or EMPTY
-
-    @admin.display(description="concurrency limit")
-    def limit_for_concurrency(self, letter: DeadLetter) -> str:
-        return concurrency_limit(letter.concurrency_limit)
-
-    @admin.display(description="batch")
-    def batch_link(self, letter: DeadLetter) -> SafeString | str:
-        return linked_batch(letter.batch_id, self.client().using, self.admin_site.name)
 
     @admin.display(description="error")
     def error_summary(self, letter: DeadLetter) -> SafeString | str:
@@ -150,29 +108,9 @@ class DeadLetterAdmin(OperatorAdmin):
             '<span class="jq-cut" title="{}">{}</span>', letter.error[:500], first_line[0][:200]
         )
 
-    @admin.display(description="failed")
-    def failed(self, letter: DeadLetter) -> SafeString | str:
-        return in_list(letter.failed_at, "failed at")
-
-    @admin.display(description="failed at")
-    def failed_when(self, letter: DeadLetter) -> SafeString | str:
-        return with_relative(letter.failed_at)
-
-    @admin.display(description="first enqueued at")
-    def enqueued(self, letter: DeadLetter) -> SafeString | str:
-        return with_relative(letter.enqueued_at)
-
-    @admin.display(description="visibility timeout")
-    def claim_timeout(self, letter: DeadLetter) -> str:
-        return seconds(letter.visibility_timeout)
-
-    @admin.display(description="time limit")
-    def attempt_time_limit(self, letter: DeadLetter) -> str:
-        return time_limit(letter.timeout)
-
-    @admin.display(description="payload")
-    def payload_json(self, letter: DeadLetter) -> SafeString:
-        return pretty_payload(letter.payload)
+    failed = date_column("failed_at", "failed", "failed at")
+    failed_when = date_field("failed_at", "failed at")
+    enqueued = date_field("enqueued_at", "first enqueued at")
 
     @admin.display(description="error")
     def error_text(self, letter: DeadLetter) -> SafeString:
@@ -182,21 +120,8 @@ class DeadLetterAdmin(OperatorAdmin):
     def traceback_text(self, letter: DeadLetter) -> SafeString:
         return preformatted(letter.traceback)
 
-    @admin.display(description="attempts")
-    def attempt_timeline(self, letter: DeadLetter) -> SafeString:
-        return timeline(letter)
-
-    def render_change_form(
-        self,
-        request: HttpRequest,
-        context: dict[str, Any],
-        add: bool = False,
-        change: bool = False,
-        form_url: str = "",
-        obj: Any = None,
-    ) -> Any:
-        context["can_retry"] = obj is not None and self.has_change_permission(request)
-        return super().render_change_form(request, context, add, change, form_url, obj)
+    def buttons(self, request: HttpRequest, obj: DeadLetter | None) -> dict[str, Any]:
+        return {"can_retry": obj is not None and self.has_change_permission(request)}
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         extra_context = {**(extra_context or {}), "can_retry": self.has_change_permission(request)}
@@ -220,9 +145,6 @@ class DeadLetterAdmin(OperatorAdmin):
     @admin.action(description="Delete selected dead letters", permissions=["delete"])
     def delete_letters(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> HttpResponse | None:
         if request.POST.get("post") != "yes":
-            hidden = [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
-            hidden.append(("action", "delete_letters"))
-            hidden.append(("select_across", request.POST.get("select_across", "0")))
             return self.confirm(
                 request,
                 queryset,
@@ -230,7 +152,7 @@ class DeadLetterAdmin(OperatorAdmin):
                 question="Delete {}? Their payloads and tracebacks are gone for good.",
                 confirm_label="Yes, delete them",
                 danger=True,
-                hidden=hidden,
+                hidden=carried_selection(request, "delete_letters"),
                 form_action=request.get_full_path(),
             )
         deleted = self.client().delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
@@ -252,18 +174,14 @@ class DeadLetterAdmin(OperatorAdmin):
     def confirm(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter], *, question: str, **context: Any
     ) -> TemplateResponse:
-        counted = queryset.order_by()[: CONFIRM_COUNT_CAP + 1].count()
-        what = plural(min(counted, CONFIRM_COUNT_CAP), "dead letter")
-        if counted > CONFIRM_COUNT_CAP:
-            what = f"more than {what}"
-        return TemplateResponse(
+        count, more = capped_count(queryset)
+        what = f"more than {plural(count, 'dead letter')}" if more else plural(count, "dead letter")
+        return self.confirmation(
             request,
             "admin/django_jobqueue/deadletter/confirm.html",
             {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
                 "question": question.format(what),
-                "count": counted,
+                "count": count,
                 "sample": list(queryset.order_by("-failed_at", "-pk")[:SAMPLE_SIZE]),
                 "query_string": f"?{request.GET.urlencode()}" if request.GET else "",
                 **context,
@@ -272,23 +190,16 @@ class DeadLetterAdmin(OperatorAdmin):
 
     # -- views: retry one, retry all matching ------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
-            path("retry-matching/", view(self.retry_matching_view), name=self.url_name("retry_matching")),
-            path("<path:object_id>/retry/", view(self.retry_view), name=self.url_name("retry")),
-            *super().get_urls(),
+            ("retry-matching/", self.retry_matching_view, "retry_matching"),
+            ("<path:object_id>/retry/", self.retry_view, "retry"),
         ]
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        object_id = unquote(object_id)
-        letter_id = parse_id(object_id)
-        if letter_id is None:
-            return self.does_not_exist(request, object_id)
+        return self.row_button(request, object_id, partial(self.retry_one, request))
+
+    def retry_one(self, request: HttpRequest, letter_id: int) -> HttpResponse:
         retried: list[RetriedDeadLetter] = []
 
         def log(batch: list[RetriedDeadLetter]) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -110,6 +112,26 @@ def with_relative(when: datetime | None) -> SafeString | str:
     return format_html('{} <span class="jq-quiet">({})</span>', timestamp(when), relative(when))
 
 
+def date_column(field: str, description: str, what: str) -> Callable[[Any, Any], SafeString | str]:
+    """A list column of a row's date ``field``, ``in_list``: its tooltip names the date ``what``."""
+
+    @admin.display(description=description)
+    def column(admin_page: Any, row: Any) -> SafeString | str:
+        return in_list(getattr(row, field), what)
+
+    return column
+
+
+def date_field(field: str, description: str) -> Callable[[Any, Any], SafeString | str]:
+    """A detail page's field of a row's date ``field``, ``with_relative``."""
+
+    @admin.display(description=description)
+    def shown(admin_page: Any, row: Any) -> SafeString | str:
+        return with_relative(getattr(row, field))
+
+    return shown
+
+
 def seconds(value: float | None) -> str:
     """A duration in seconds with its unit: ``30 s``, ``2.5 s``."""
     if value is None:
@@ -134,13 +156,17 @@ def linked_batch(batch_id: int | None, using: str, site_name: str) -> SafeString
     """
     if batch_id is None:
         return EMPTY
-    row = Batch.objects.using(using).filter(pk=batch_id).values_list("on_finish", "finished_at").first()
-    if row is None:
+    batch = read_batch(batch_id, using)
+    if batch is None:
         return format_html("#{} (no such batch)", batch_id)
-    on_finish, finished_at = row
     url = reverse("admin:django_jobqueue_batch_change", args=[batch_id], current_app=site_name)
-    state = "running" if finished_at is None else "finished"
-    return format_html('<a href="{}">#{} {}</a> ({})', url, batch_id, on_finish, state)
+    state = "running" if batch.finished_at is None else "finished"
+    return format_html('<a href="{}">#{} {}</a> ({})', url, batch_id, batch.on_finish, state)
+
+
+def read_batch(batch_id: int, using: str) -> Batch | None:
+    """What names batch ``batch_id`` where a job or a dead letter links it: its callback and its end."""
+    return Batch.objects.using(using).filter(pk=batch_id).only("on_finish", "finished_at").first()
 
 
 def slots(concurrency: int, minimum: int | None, maximum: int | None) -> str:
@@ -160,6 +186,21 @@ def cut(text: str | None) -> SafeString | str:
     if not text:
         return EMPTY
     return format_html('<span class="jq-cut" title="{}">{}</span>', text, text)
+
+
+def cut_column(field: str, description: str = "") -> Callable[[Any, Any], SafeString | str]:
+    """A list column of a row's ``field``, ``cut`` to its width; headed ``description``, else ``field``."""
+
+    @admin.display(description=description or field)
+    def column(admin_page: Any, row: Any) -> SafeString | str:
+        return cut(getattr(row, field))
+
+    return column
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 job``, ``9,017 jobs``."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def progress_label(progress: Any) -> str:
@@ -205,10 +246,15 @@ def progress_in_list(progress: Any) -> SafeString | str:
     current, total, _message = parts
     label = progress_label(progress)
     short = f"{_percent(current, total)}%" if total is not None else _number(current)
+    return progress_cell(_bar(parts, label), short, label)
+
+
+def progress_cell(bar: SafeString, short: str, label: str) -> SafeString:
+    """A list cell's ``bar`` and its ``short`` label, ``42%``; the whole ``label`` is its tooltip."""
     return format_html(
         '<span class="jq-progress-row" title="{}">{} <span class="jq-progress-label">{}</span></span>',
         label,
-        _bar(parts, label),
+        bar,
         short,
     )
 

@@ -14,10 +14,11 @@ from django.db.models import Model, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 
-from ..models import Batch, JobStatus
+from ..column_values import distinct_values
+from ..models import JobStatus
 from ..queue.validation import check_name, check_queue
-from ..stats import distinct_values
 from .base import parse_id
+from .display import read_batch
 
 
 class CheckedFilter(admin.SimpleListFilter):
@@ -111,18 +112,14 @@ class ValueFilter(CheckedFilter):
 
 
 class QueueFilter(ValueFilter):
-    title = "queue"
-    parameter_name = "queue"
-    field_name = "queue"
+    title = parameter_name = field_name = "queue"
 
     def validate(self, value: str) -> None:
         check_queue(value)
 
 
 class NameFilter(ValueFilter):
-    title = "name"
-    parameter_name = "name"
-    field_name = "name"
+    title = parameter_name = field_name = "name"
 
     def validate(self, value: str) -> None:
         check_name(value)
@@ -181,9 +178,8 @@ class BatchFilter(CheckedFilter):
         batch_id = parse_id(value)
         if batch_id is None:
             return [(value, value[:80])]
-        using = model_admin.client().using
-        on_finish = Batch.objects.using(using).filter(pk=batch_id).values_list("on_finish", flat=True).first()
-        return [(value, f"#{batch_id} {on_finish}" if on_finish else f"#{batch_id} (no such batch)")]
+        batch = read_batch(batch_id, model_admin.client().using)
+        return [(value, f"#{batch_id} {batch.on_finish}" if batch else f"#{batch_id} (no such batch)")]
 
     def check(self, value: str) -> bool:
         return parse_id(value) is not None

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
@@ -17,41 +15,30 @@ from django.db.models import BooleanField, Expression, F, Q, QuerySet, Subquery
 from django.db.models.sql.compiler import SQLCompiler
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import LIVE_STATUSES, Job, JobStatus
 from ..queue import JobChange, engine_for
-from ..stats import format_age
 from . import dependencies
-from .attempts import timeline
 from .audit import log_job_changes
-from .base import MatchedIdsPaginator, OperatorAdmin, id_batches, parse_id
+from .base import SAMPLE_SIZE, MatchedIdsPaginator, capped_count, carried_selection, id_batches, parse_id
 from .display import (
     EMPTY,
-    concurrency_limit,
-    cut,
-    linked_batch,
-    pill,
+    cut_column,
+    date_field,
+    plural,
     preformatted,
     pretty_json,
-    pretty_payload,
     progress_in_list,
-    relative,
-    seconds,
-    time_limit,
-    timestamp,
     with_relative,
 )
 from .filters import BatchFilter, NameFilter, QueueFilter, StatusFilter
+from .job_fields import JobFieldsAdmin
+from .job_status import EARLIER_ERROR, earlier_error_note, status_hint, status_pill, time_in_status
 
 RETRYABLE = (JobStatus.READY, JobStatus.CANCELLED)
 CANCELLABLE = (*LIVE_STATUSES, JobStatus.WAITING)
-# A confirmation counts this far, then says "more than"; it lists a few.
-CONFIRM_COUNT_CAP = 1_000_000
-SAMPLE_SIZE = 10
 
 
 class InRowsOf(Expression):
@@ -85,7 +72,7 @@ class InRowsOf(Expression):
         return engine_for(connection).in_rows(column_sql, rows_sql), (*column_params, *rows_params)
 
 
-class JobAdmin(OperatorAdmin):
+class JobAdmin(JobFieldsAdmin):
     list_display = (
         "id",
         "job_name",
@@ -97,12 +84,8 @@ class JobAdmin(OperatorAdmin):
         "when",
     )
     list_display_links = ("id", "job_name")
-    # Columns are methods, so that a crafted ?o= cannot sort a million rows by an unindexed column.
-    sortable_by = ("id",)
     list_filter = (BatchFilter, StatusFilter, QueueFilter, NameFilter)
     filter_params = frozenset({"status", "queue", "name", "batch"})
-    # Shows the search box; search_filter() decides what a term matches.
-    search_fields = ("name",)
     search_help_text = (
         "A job id, a job name, a unique key or a ready or running job's concurrency key, exactly."
     )
@@ -140,9 +123,6 @@ class JobAdmin(OperatorAdmin):
     )
     readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
-    class Media:
-        css = {"all": ["django_jobqueue/admin.css"]}
-
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         # A job is cancelled, then pruned; it is never deleted by hand.
         return False
@@ -172,13 +152,8 @@ class JobAdmin(OperatorAdmin):
 
     # -- list columns --------------------------------------------------------
 
-    @admin.display(description="name")
-    def job_name(self, job: Job) -> SafeString | str:
-        return cut(job.name)
-
-    @admin.display(description="queue")
-    def job_queue(self, job: Job) -> SafeString | str:
-        return cut(job.queue)
+    job_name = cut_column("name")
+    job_queue = cut_column("queue")
 
     @admin.display(description="status")
     def job_status(self, job: Job) -> SafeString:
@@ -187,10 +162,6 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="priority")
     def job_priority(self, job: Job) -> int:
         return job.priority
-
-    @admin.display(description="attempts")
-    def attempts_of_max(self, job: Job) -> str:
-        return f"{job.attempts} / {job.max_attempts}"
 
     @admin.display(description="progress")
     def progress_of_running(self, job: Job) -> SafeString | str:
@@ -207,41 +178,13 @@ class JobAdmin(OperatorAdmin):
     def status_detail(self, job: Job) -> SafeString:
         return format_html("{} {}", status_pill(job), status_hint(job))
 
-    @admin.display(description="concurrency key")
-    def key_for_concurrency(self, job: Job) -> str:
-        return job.concurrency_key or EMPTY
-
-    @admin.display(description="concurrency limit")
-    def limit_for_concurrency(self, job: Job) -> str:
-        return concurrency_limit(job.concurrency_limit)
-
-    @admin.display(description="batch")
-    def batch_link(self, job: Job) -> SafeString | str:
-        return linked_batch(job.batch_id, self.client().using, self.admin_site.name)
-
     @admin.display(description="claim deadline")
     def claim_deadline(self, job: Job) -> SafeString | str:
         return with_relative(job.locked_until) if job.status == JobStatus.RUNNING else EMPTY
 
-    @admin.display(description="visibility timeout")
-    def claim_timeout(self, job: Job) -> str:
-        return seconds(job.visibility_timeout)
-
-    @admin.display(description="time limit")
-    def attempt_time_limit(self, job: Job) -> str:
-        return time_limit(job.timeout)
-
-    @admin.display(description="enqueued at")
-    def enqueued(self, job: Job) -> SafeString | str:
-        return with_relative(job.created_at)
-
-    @admin.display(description="run at")
-    def runs_at(self, job: Job) -> SafeString | str:
-        return with_relative(job.run_at)
-
-    @admin.display(description="finished at")
-    def finished(self, job: Job) -> SafeString | str:
-        return with_relative(job.finished_at)
+    enqueued = date_field("created_at", "enqueued at")
+    runs_at = date_field("run_at", "run at")
+    finished = date_field("finished_at", "finished at")
 
     @admin.display(description="waits on")
     def waits_on(self, job: Job) -> SafeString | str:
@@ -250,10 +193,6 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="waited on by")
     def waited_on_by(self, job: Job) -> SafeString | str:
         return dependencies.waited_on_by(job, self.admin_site.name)
-
-    @admin.display(description="payload")
-    def payload_json(self, job: Job) -> SafeString:
-        return pretty_payload(job.payload)
 
     @admin.display(description="error")
     def last_error_text(self, job: Job) -> SafeString:
@@ -265,10 +204,6 @@ class JobAdmin(OperatorAdmin):
     @admin.display(description="traceback")
     def last_traceback_text(self, job: Job) -> SafeString:
         return preformatted(job.last_traceback)
-
-    @admin.display(description="attempts")
-    def attempt_timeline(self, job: Job) -> SafeString:
-        return timeline(job)
 
     @admin.display(description="result")
     def result_json(self, job: Job) -> SafeString:
@@ -282,19 +217,12 @@ class JobAdmin(OperatorAdmin):
             (EARLIER_ERROR if title == "Last error" else title, options) for title, options in self.fieldsets
         )
 
-    def render_change_form(
-        self,
-        request: HttpRequest,
-        context: dict[str, Any],
-        add: bool = False,
-        change: bool = False,
-        form_url: str = "",
-        obj: Any = None,
-    ) -> Any:
+    def buttons(self, request: HttpRequest, obj: Job | None) -> dict[str, Any]:
         may_change = self.has_change_permission(request)
-        context["can_retry_now"] = may_change and obj is not None and obj.status in RETRYABLE
-        context["can_cancel"] = may_change and obj is not None and obj.status in CANCELLABLE
-        return super().render_change_form(request, context, add, change, form_url, obj)
+        return {
+            "can_retry_now": may_change and obj is not None and obj.status in RETRYABLE,
+            "can_cancel": may_change and obj is not None and obj.status in CANCELLABLE,
+        }
 
     # -- actions ---------------------------------------------------------------
 
@@ -333,21 +261,16 @@ class JobAdmin(OperatorAdmin):
         form_action: str,
     ) -> TemplateResponse:
         """Say what cancelling does to running jobs, before it is done (a running handler is not stopped)."""
-        running_count = running.order_by()[: CONFIRM_COUNT_CAP + 1].count()
-        hidden = [(ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME)]
-        if chosen is not None:
-            hidden += [("action", "cancel"), ("select_across", request.POST.get("select_across", "0"))]
-        return TemplateResponse(
+        running_count, more_than = capped_count(running)
+        return self.confirmation(
             request,
             "admin/django_jobqueue/job/cancel_confirmation.html",
             {
-                **self.admin_site.each_context(request),
-                "opts": self.opts,
                 "title": "Cancel running jobs" if chosen is not None else "Cancel a running job",
-                "running_count": min(running_count, CONFIRM_COUNT_CAP),
-                "more_than": running_count > CONFIRM_COUNT_CAP,
+                "running_count": running_count,
+                "more_than": more_than,
                 "sample": list(running.order_by("-pk")[:SAMPLE_SIZE]),
-                "hidden": hidden,
+                "hidden": carried_selection(request, "cancel" if chosen is not None else None),
                 "over_selection": chosen is not None,
                 "form_action": form_action,
                 "back": request.get_full_path() if chosen is not None else self.url("change", running[0].pk),
@@ -384,12 +307,10 @@ class JobAdmin(OperatorAdmin):
 
     # -- the buttons on a job's page --------------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
-            path("<path:object_id>/retry-now/", view(self.retry_now_view), name=self.url_name("retry_now")),
-            path("<path:object_id>/cancel/", view(self.cancel_view), name=self.url_name("cancel")),
-            *super().get_urls(),
+            ("<path:object_id>/retry-now/", self.retry_now_view, "retry_now"),
+            ("<path:object_id>/cancel/", self.cancel_view, "cancel"),
         ]
 
     def retry_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -428,98 +349,18 @@ class JobAdmin(OperatorAdmin):
         status: str,
         message: str,
     ) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        object_id = unquote(object_id)
-        job_id = parse_id(object_id)
-        if job_id is None:
-            return self.does_not_exist(request, object_id)
-        changes = change([job_id])
-        if changes:
-            log_job_changes(request, changes, status, message)
-            self.message_user(request, f"Job #{job_id}: {message}", messages.SUCCESS)
-        else:
-            job = Job.objects.using(self.client().using).filter(pk=job_id).first()
-            if job is None:
-                return self.does_not_exist(request, object_id)
-            self.message_user(
-                request, f"Job #{job_id} is {job.status}: it was left as it was.", messages.WARNING
-            )
-        return HttpResponseRedirect(self.url("change", job_id))
+        def act(job_id: int) -> HttpResponse | None:
+            changes = change([job_id])
+            if changes:
+                log_job_changes(request, changes, status, message)
+                self.message_user(request, f"Job #{job_id}: {message}", messages.SUCCESS)
+            else:
+                job = Job.objects.using(self.client().using).filter(pk=job_id).first()
+                if job is None:
+                    return None
+                self.message_user(
+                    request, f"Job #{job_id} is {job.status}: it was left as it was.", messages.WARNING
+                )
+            return HttpResponseRedirect(self.url("change", job_id))
 
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
-
-
-def status_pill(job: Job) -> SafeString:
-    if job.status == JobStatus.READY and job.run_at > timezone.now():
-        return pill("scheduled", "scheduled")
-    if job.status == JobStatus.RUNNING:
-        # The owner, in the pill's tooltip: a column of its own would be empty on most rows.
-        return pill(job.status, job.status, title=f"claimed by {job.locked_by or EMPTY}")
-    return pill(job.status, job.status)
-
-
-def time_in_status(job: Job) -> SafeString:
-    """The one time a list row needs, read beside its status: ready *for 3 min*, scheduled *in 7 min*,
-    running *for 2 min*, done *3 min ago*. The tooltip has the date, and when the job was enqueued.
-
-    A ready job counts from its ``run_at`` (as the overview's "oldest ready waits"), a running
-    one from its claim, a waiting one from its enqueue; a finished one says when it ended.
-    """
-    now = timezone.now()
-    enqueued = f"enqueued at {timestamp(job.created_at)}"
-
-    def shown(text: str, what: str = "", when: datetime | None = None) -> SafeString:
-        title = f"{what} {timestamp(when)}; {enqueued}" if what else enqueued
-        return format_html('<span title="{}">{}</span>', title, text)
-
-    def since(when: datetime) -> str:
-        return f"for {format_age((now - when).total_seconds())}"
-
-    if job.status == JobStatus.READY:
-        if job.run_at > now:
-            return shown(relative(job.run_at), "runs at", job.run_at)
-        return shown(since(job.run_at), "due since", job.run_at)
-    if job.status == JobStatus.RUNNING and job.last_attempted_at is not None:
-        return shown(since(job.last_attempted_at), "claimed at", job.last_attempted_at)
-    if job.status in (JobStatus.RUNNING, JobStatus.WAITING):
-        return shown(since(job.created_at))
-    if job.finished_at is not None:
-        return shown(relative(job.finished_at), "finished at", job.finished_at)
-    return shown(EMPTY)
-
-
-EARLIER_ERROR = "Error of an earlier attempt"
-
-
-def earlier_error_note(job: Job) -> str:
-    """Why the job's last error is not its present state, or "" where it is."""
-    if not job.last_error:
-        return ""
-    if job.status == JobStatus.DONE:
-        return f"Attempt {job.attempts} succeeded; an earlier attempt failed with this error."
-    if job.status == JobStatus.RUNNING:
-        return f"Attempt {job.attempts} is running; an earlier attempt failed with this error."
-    return ""
-
-
-def status_hint(job: Job) -> str:
-    """What the status means for this job now, read from the web server's clock."""
-    now = timezone.now()
-    if job.status == JobStatus.READY:
-        if job.run_at > now:
-            return f"runs {relative(job.run_at)}" + (" (backoff)" if job.attempts else "")
-        return f"due for {format_age((now - job.run_at).total_seconds())}"
-    if job.status == JobStatus.RUNNING and job.locked_until is not None:
-        if job.locked_until < now:
-            return f"claim expired {relative(job.locked_until)}: the next tick hands it back"
-        return f"claimed by {job.locked_by}, deadline {relative(job.locked_until)}"
-    if job.status == JobStatus.WAITING:
-        return "waits for its dependencies (below); the ack of the last one releases it"
-    if job.finished_at is not None:
-        return f"finished {relative(job.finished_at)}"
-    return ""
+        return self.row_button(request, object_id, act)

@@ -26,8 +26,8 @@ from ..models import QueueState, Worker
 from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
-from .base import TitledAdmin
-from .display import EMPTY, cut, in_list, pill, slots, timestamp, with_relative
+from .base import ReadOnlyAdmin
+from .display import cut, cut_column, date_column, in_list, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM = 720, 150, 14, 20
@@ -62,7 +62,7 @@ def may_see_jobs(request: HttpRequest) -> bool:
     )
 
 
-class QueueOverviewAdmin(admin.ModelAdmin):
+class QueueOverviewAdmin(ReadOnlyAdmin):
     """Serves the overview page at this proxy model's list URL; the proxy has no other page."""
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -70,15 +70,6 @@ class QueueOverviewAdmin(admin.ModelAdmin):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return may_see_jobs(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         prefix, view = f"{self.opts.app_label}_{self.opts.model_name}", self.admin_site.admin_view
@@ -207,7 +198,7 @@ def chart(minutes: list[stats.Minute]) -> dict[str, Any]:
     }
 
 
-class WorkerAdmin(TitledAdmin):
+class WorkerAdmin(ReadOnlyAdmin):
     """The registered ``runworker`` processes; read-only (the workers write these rows)."""
 
     # Long ids, host names and queue lists cut to their columns, times by how far away they are.
@@ -217,33 +208,13 @@ class WorkerAdmin(TitledAdmin):
     fields = ("worker_id", "hostname", "pid", "serves", "slots", "started", "heartbeat")
     readonly_fields = fields
     ordering = ("worker_id",)
-    show_facets = admin.ShowFacets.NEVER
-    empty_value_display = EMPTY
-
-    class Media:
-        css = {"all": ["django_jobqueue/admin.css"]}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Worker | None = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         # The database's clock, read with the rows, to tell a late heartbeat.
-        queryset = super().get_queryset(request).using(QueueClient().using)
-        return queryset.annotate(database_now=Now())
+        return super().get_queryset(request).annotate(database_now=Now())
 
-    @admin.display(description="worker id")
-    def worker(self, worker: Worker) -> SafeString | str:
-        return cut(worker.worker_id)
-
-    @admin.display(description="hostname")
-    def host(self, worker: Worker) -> SafeString | str:
-        return cut(worker.hostname)
+    worker = cut_column("worker_id", "worker id")
+    host = cut_column("hostname")
 
     @admin.display(description="queues")
     def serves(self, worker: Worker) -> str:
@@ -257,9 +228,7 @@ class WorkerAdmin(TitledAdmin):
     def queues_served(self, worker: Worker) -> SafeString | str:
         return cut(self.serves(worker))
 
-    @admin.display(description="started")
-    def started_ago(self, worker: Worker) -> SafeString | str:
-        return in_list(worker.started_at, "started at")
+    started_ago = date_column("started_at", "started", "started at")
 
     @admin.display(description="last heartbeat")
     def heartbeat_ago(self, worker: Worker) -> SafeString:

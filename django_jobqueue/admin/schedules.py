@@ -13,13 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import URLPattern, path, reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -31,6 +30,8 @@ from .display import (
     EMPTY,
     concurrency_limit,
     cut,
+    cut_column,
+    date_field,
     in_list,
     pretty_json,
     pretty_payload,
@@ -138,13 +139,8 @@ class ScheduleAdmin(OperatorAdmin):
 
     # -- columns and fields ----------------------------------------------------
 
-    @admin.display(description="name")
-    def schedule_name(self, row: Schedule) -> SafeString | str:
-        return cut(row.name)
-
-    @admin.display(description="job")
-    def schedule_job(self, row: Schedule) -> SafeString | str:
-        return cut(row.job)
+    schedule_name = cut_column("name")
+    schedule_job = cut_column("job")
 
     @admin.display(description="when")
     def when(self, row: Schedule) -> str:
@@ -235,9 +231,7 @@ class ScheduleAdmin(OperatorAdmin):
     def state(self, row: Schedule) -> SafeString:
         return state_pills(row)
 
-    @admin.display(description="handled through")
-    def handled_through_at(self, row: Schedule) -> SafeString | str:
-        return with_relative(row.handled_through)
+    handled_through_at = date_field("handled_through", "handled through")
 
     @admin.display(description="row updated at")
     def updated(self, row: Schedule) -> str:
@@ -254,21 +248,14 @@ class ScheduleAdmin(OperatorAdmin):
         payload = pretty_payload(definition.pop("payload", {}))
         return format_html("{}<p>payload:</p>{}", pretty_json(definition), payload)
 
-    def render_change_form(
-        self,
-        request: HttpRequest,
-        context: dict[str, Any],
-        add: bool = False,
-        change: bool = False,
-        form_url: str = "",
-        obj: Any = None,
-    ) -> Any:
+    def buttons(self, request: HttpRequest, obj: Schedule | None) -> dict[str, Any]:
         may_change = obj is not None and self.has_change_permission(request)
-        context["can_act"] = may_change
-        context["can_run_now"] = may_change and state_of(obj).declared is not None
-        context["once_field"] = TOKEN_FIELD
-        context["once"] = new_token()
-        return super().render_change_form(request, context, add, change, form_url, obj)
+        return {
+            "can_act": may_change,
+            "can_run_now": may_change and obj is not None and state_of(obj).declared is not None,
+            "once_field": TOKEN_FIELD,
+            "once": new_token(),
+        }
 
     # -- actions ---------------------------------------------------------------
 
@@ -352,13 +339,11 @@ class ScheduleAdmin(OperatorAdmin):
 
     # -- the buttons on a schedule's page ------------------------------------------
 
-    def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
+    def own_views(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
-            path("<path:object_id>/pause/", view(self.pause_view), name=self.url_name("pause")),
-            path("<path:object_id>/resume/", view(self.resume_view), name=self.url_name("resume")),
-            path("<path:object_id>/run-now/", view(self.run_now_view), name=self.url_name("run_now")),
-            *super().get_urls(),
+            ("<path:object_id>/pause/", self.pause_view, "pause"),
+            ("<path:object_id>/resume/", self.resume_view, "resume"),
+            ("<path:object_id>/run-now/", self.run_now_view, "run_now"),
         ]
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -381,17 +366,15 @@ class ScheduleAdmin(OperatorAdmin):
         self, request: HttpRequest, object_id: str, act: Callable[[Schedule], object]
     ) -> HttpResponse:
         """Act on one row, then go back to its page (a POST answered with a redirect)."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        object_id = unquote(object_id)
-        row_id = parse_id(object_id)
-        row = self.get_queryset(request).filter(pk=row_id).first() if row_id is not None else None
-        if row is None:
-            return self.does_not_exist(request, object_id)
-        act(row)
-        return HttpResponseRedirect(self.url("change", row.pk))
+
+        def on_row(row_id: int) -> HttpResponse | None:
+            row = self.get_queryset(request).filter(pk=row_id).first()
+            if row is None:
+                return None
+            act(row)
+            return HttpResponseRedirect(self.url("change", row.pk))
+
+        return self.row_button(request, object_id, on_row)
 
 
 def quoted(names: list[str]) -> str:
