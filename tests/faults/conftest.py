@@ -1,10 +1,10 @@
-"""Fixtures of the fault-injection suite: the ledger table, workers that run its jobs, figures."""
+"""Fixtures of the fault-injection suite: the ledger table, workers that run its jobs, fleets, figures."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from tests.worker_support import ROOT, WorkerProcess
 # jobs: imported in the test process too, so that enqueueing its jobs by name applies
 # their @job options (faults.work's max_attempts) here as in the workers.
 from . import jobs, ledger, trails  # noqa: F401
+from .chaos import Fleet
 
 FAULT_JOBS = "tests.faults.jobs"
 FIGURES_DIR = ROOT / "var" / "fault-figures"
@@ -45,6 +46,25 @@ def fault_worker(
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
         return start_worker(*args, env={"JOBQUEUE_MODULES": FAULT_JOBS, **(env or {})})
+
+    return start
+
+
+@pytest.fixture
+def start_fleet(fault_worker: Callable[..., WorkerProcess]) -> Callable[..., Fleet]:
+    """Start ``size`` workers alike, with the suite's jobs loaded (``chaos.Fleet``).
+
+    ``start_fleet(prefix, size, args, env=None, slot_env=None)``.
+    """
+
+    def start(
+        prefix: str,
+        size: int,
+        args: tuple[str, ...],
+        env: Mapping[str, str] | None = None,
+        slot_env: Mapping[int, Mapping[str, str]] | None = None,
+    ) -> Fleet:
+        return Fleet(fault_worker, prefix, size, args, env, slot_env)
 
     return start
 

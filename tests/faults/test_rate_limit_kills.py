@@ -25,10 +25,9 @@ import time
 import pytest
 
 from django_jobqueue.models import Job
-from tests.worker_support import WorkerProcess, wait_until
+from tests.worker_support import wait_until
 
 from . import ledger, processes, trails
-from .chaos import kill_in_turns, stop_gracefully
 from .checker import CHILD_KILL, KILL, check
 
 QUEUE = "rated"
@@ -49,7 +48,7 @@ WORKER_ENV = {"JOBQUEUE_QUEUES": json.dumps({QUEUE: {"rate_limit": f"{RATE}/s"}}
 
 @pytest.mark.slow
 def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_killed(
-    queue, fault_worker, trail_tables, figures
+    queue, start_fleet, trail_tables, figures
 ):
     processes.needs_proc()
     rng = random.Random(23)
@@ -59,32 +58,20 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     jobs = queue.push_many(
         [("faults.work", {"seconds": rng.uniform(0.2, 0.6), "n": n}, {"queue": QUEUE}) for n in range(JOBS)]
     )
-    serial = iter(range(1_000))
-    started: dict[str, WorkerProcess] = {}
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"rated-{next(serial)}"
-        started[worker_id] = fault_worker(*WORKER_ARGS, "--worker-id", worker_id, env=WORKER_ENV)
-        return worker_id, started[worker_id]
-
-    workers = [start() for _ in range(WORKERS)]
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
+    fleet = start_fleet("rated", WORKERS, WORKER_ARGS, env=WORKER_ENV)
+    fleet.wait_started()
 
     began = time.monotonic()
     # Aimed at one in the middle of a job, in turn a worker and a child, as in the pool's chaos.
-    kills = kill_in_turns(workers, start, KILLS, KILL_EVERY, AIM_WITHIN, rng)
+    fleet.kill_in_turns(KILLS, KILL_EVERY, AIM_WITHIN, rng)
     done_in_chaos = Job.objects.filter(status="done").count()
 
     wait_until(lambda: Job.objects.filter(status="done").count() == JOBS, 180, "every job to be done")
     elapsed = time.monotonic() - began
-    stop_gracefully(workers)
+    fleet.stop()
 
     report = check(
-        [job.pk for job in jobs],
-        kills=kills.workers,
-        child_kills=kills.children,
-        logs={worker_id: worker.log() for worker_id, worker in started.items()},
+        [job.pk for job in jobs], kills=fleet.kills, child_kills=fleet.child_kills, logs=fleet.logs()
     )
     window = round(WINDOW * 1_000_000)
     starts = trails.starts(QUEUE)
@@ -94,7 +81,7 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     figures(
         scenario="rate limit across the process pool under SIGKILLs",
         faults=(
-            f"{len(kills.workers)} worker SIGKILLs and {len(kills.children)} child SIGKILLs in turn, "
+            f"{len(fleet.kills)} worker SIGKILLs and {len(fleet.child_kills)} child SIGKILLs in turn, "
             f"{KILL_EVERY:g} s apart or more, each at one running a job"
         ),
         workers=f"{WORKERS} x {CHILDREN} child processes, visibility timeout 2 s, rate {RATE}/s",
