@@ -25,6 +25,7 @@ import time
 import pytest
 
 from django_jobqueue.models import Job
+from tests.flow_checks import most_in_any_window
 from tests.worker_support import wait_until
 
 from . import ledger, processes, trails
@@ -89,12 +90,12 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
         done_during_chaos=done_in_chaos,
         claims=claims,
         starts_recorded=len(starts),
-        most_claims_in_a_window=trails.most_in_any_window(starts, window),
+        most_claims_in_a_window=most_in_any_window(starts, window),
         claims_per_second=round(len(starts) / ((starts[-1] - starts[0]) / 1_000_000), 2),
         # The children's own starts, on the machine's clock: not what the limit counts. Each follows
         # its claim by a few milliseconds or tens of them, not always the same.
-        most_runs_begun_in_a_window=trails.most_in_any_window(run_starts, window),
-        most_runs_begun_in_90_percent_of_one=trails.most_in_any_window(run_starts, window * 9 // 10),
+        most_runs_begun_in_a_window=most_in_any_window(run_starts, window),
+        most_runs_begun_in_90_percent_of_one=most_in_any_window(run_starts, window * 9 // 10),
         **report.summary(),
     )
     report.assert_nothing_lost()
@@ -106,4 +107,4 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     assert claims >= len(runs) > JOBS, "every run was a claim of its own, and the kills cost runs"
     # The limit, in every window of its length on the database's clock; and reached, so that it
     # is the limit that held the starts back, not slots with nothing to do.
-    assert trails.most_in_any_window(starts, window) == RATE, report.summary()
+    assert most_in_any_window(starts, window) == RATE, report.summary()
