@@ -25,9 +25,9 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from . import against, report
+from .databases import create_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,18 +89,6 @@ def pgqueuer_version() -> str | None:
         return version("pgqueuer")
     except PackageNotFoundError:
         return None
-
-
-def create_database(url: str) -> None:
-    """Create the PostgreSQL database of ``url`` if it does not exist."""
-    import psycopg
-
-    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def run_part(vendor: str, url: str, cfg: dict[str, Any]) -> dict[str, list[float]]:
