@@ -108,6 +108,15 @@ def run_part(vendor: str, url: str, cfg: dict[str, Any]) -> dict[str, list[float
     return samples
 
 
+def print_part(title: str, rows: list[report.Row], samples: report.Samples, notes: str = "") -> None:
+    """A part's table of medians, then its samples run by run, then its ``notes`` if any."""
+    print(report.render(title, rows, samples))
+    print(f"\nRun by run:\n{report.paired(samples, rows)}")
+    if notes:
+        print(notes)
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, one run: for iterating")
@@ -180,31 +189,18 @@ def main() -> None:
     if "postgresql" in results:
         samples = results["postgresql"]
         if "queue" in cfg["parts"]:
-            rows = report.postgresql_rows(samples, cfg["concurrencies"])
-            print(report.render("PostgreSQL", rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}\n")
+            print_part("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples)
         if "pool" in cfg["parts"]:
-            rows = report.pool_rows(samples, cfg)
-            print(report.render("PostgreSQL: --pool processes", rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}\n")
+            print_part("PostgreSQL: --pool processes", report.pool_rows(samples, cfg), samples)
         if "flow" in cfg["parts"]:
             title = f"PostgreSQL: flow control, {cfg['flow_jobs']:,} jobs over {cfg['flow_keys']:,} keys"
-            rows = report.flow_rows(samples, cfg)
-            print(report.render(title, rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}\n{report.flow_notes(samples, cfg)}")
-            print()
+            print_part(title, report.flow_rows(samples, cfg), samples, notes=report.flow_notes(samples, cfg))
         if "against" in cfg["parts"]:
             title = f"PostgreSQL: this tree against {args.against} ({cfg['against']['commit'][:7]})"
-            rows = report.against_rows(samples, cfg)
-            print(report.render(title, rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}")
-            print()
+            print_part(title, report.against_rows(samples, cfg), samples)
         if "peers" in cfg["parts"]:
             title = f"PostgreSQL: against pgqueuer {pgqueuer_version()}, {cfg['peer_jobs']:,} no-op jobs"
-            rows = report.peer_rows()
-            print(report.render(title, rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}")
-            print()
+            print_part(title, report.peer_rows(), samples)
         elif peers_skipped:
             print(f"{peers_skipped}\n")
     if "sqlite" in results:
