@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -52,21 +53,11 @@ def fault_worker(
 
 @pytest.fixture
 def start_fleet(fault_worker: Callable[..., WorkerProcess]) -> Callable[..., Fleet]:
-    """Start ``size`` workers alike, with the suite's jobs loaded (``chaos.Fleet``).
+    """Start ``size`` workers alike with the suite's jobs loaded, as a ``chaos.Fleet``.
 
     ``start_fleet(prefix, size, args, env=None, slot_env=None)``.
     """
-
-    def start(
-        prefix: str,
-        size: int,
-        args: tuple[str, ...],
-        env: Mapping[str, str] | None = None,
-        slot_env: Mapping[int, Mapping[str, str]] | None = None,
-    ) -> Fleet:
-        return Fleet(fault_worker, prefix, size, args, env, slot_env)
-
-    return start
+    return partial(Fleet, fault_worker)
 
 
 @pytest.fixture
