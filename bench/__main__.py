@@ -25,9 +25,9 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from . import against, report
+from .databases import create_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,18 +91,6 @@ def pgqueuer_version() -> str | None:
         return None
 
 
-def create_database(url: str) -> None:
-    """Create the PostgreSQL database of ``url`` if it does not exist."""
-    import psycopg
-
-    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
 def run_part(vendor: str, url: str, cfg: dict[str, Any]) -> dict[str, list[float]]:
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "false"}
     subprocess.run(
@@ -118,6 +106,15 @@ def run_part(vendor: str, url: str, cfg: dict[str, Any]) -> dict[str, list[float
     )
     samples: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return samples
+
+
+def print_part(title: str, rows: list[report.Row], samples: report.Samples, notes: str = "") -> None:
+    """A part's table of medians, then its samples run by run, then its ``notes`` if any."""
+    print(report.render(title, rows, samples))
+    print(f"\nRun by run:\n{report.paired(samples, rows)}")
+    if notes:
+        print(notes)
+    print()
 
 
 def main() -> None:
@@ -192,31 +189,18 @@ def main() -> None:
     if "postgresql" in results:
         samples = results["postgresql"]
         if "queue" in cfg["parts"]:
-            rows = report.postgresql_rows(samples, cfg["concurrencies"])
-            print(report.render("PostgreSQL", rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}\n")
+            print_part("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples)
         if "pool" in cfg["parts"]:
-            rows = report.pool_rows(samples, cfg)
-            print(report.render("PostgreSQL: --pool processes", rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}\n")
+            print_part("PostgreSQL: --pool processes", report.pool_rows(samples, cfg), samples)
         if "flow" in cfg["parts"]:
             title = f"PostgreSQL: flow control, {cfg['flow_jobs']:,} jobs over {cfg['flow_keys']:,} keys"
-            rows = report.flow_rows(samples, cfg)
-            print(report.render(title, rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}\n{report.flow_notes(samples, cfg)}")
-            print()
+            print_part(title, report.flow_rows(samples, cfg), samples, notes=report.flow_notes(samples, cfg))
         if "against" in cfg["parts"]:
             title = f"PostgreSQL: this tree against {args.against} ({cfg['against']['commit'][:7]})"
-            rows = report.against_rows(samples, cfg)
-            print(report.render(title, rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}")
-            print()
+            print_part(title, report.against_rows(samples, cfg), samples)
         if "peers" in cfg["parts"]:
             title = f"PostgreSQL: against pgqueuer {pgqueuer_version()}, {cfg['peer_jobs']:,} no-op jobs"
-            rows = report.peer_rows()
-            print(report.render(title, rows, samples))
-            print(f"\nRun by run:\n{report.paired(samples, rows)}")
-            print()
+            print_part(title, report.peer_rows(), samples)
         elif peers_skipped:
             print(f"{peers_skipped}\n")
     if "sqlite" in results:

@@ -25,6 +25,8 @@ import tarfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from .databases import create_database
+
 ROOT = Path(__file__).resolve().parent.parent
 TREES = ROOT / "var" / "bench-trees"
 
@@ -92,24 +94,12 @@ def databases(url: str, commit: str, tree: Path) -> dict[str, str]:
     """A fresh database per tree, each migrated by its own tree: ``{"here": url, "there": url}``."""
     made = {"here": database_url(url, "here"), "there": database_url(url, commit[:7])}
     for side, root in (("here", ROOT), ("there", tree)):
-        recreate_database(made[side])
+        create_database(made[side], fresh=True)
         env = _env(made[side])
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=root, env=env, check=True
         )
     return made
-
-
-def recreate_database(url: str) -> None:
-    """Drop the PostgreSQL database of ``url`` if it exists, and create it empty."""
-    import psycopg
-
-    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def fill(root: Path, url: str, count: int) -> None:

@@ -38,7 +38,7 @@ from django_jobqueue.models import Job, Schedule  # noqa: E402
 from django_jobqueue.queue.schedules import ScheduleBook  # noqa: E402
 
 from . import ours  # noqa: E402
-from .__main__ import create_database  # noqa: E402
+from .databases import create_database  # noqa: E402
 from .part import percentile  # noqa: E402
 from .worker import LongRunningWorker, worker_env  # noqa: E402
 

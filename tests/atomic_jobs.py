@@ -16,6 +16,7 @@ from django.db import connections
 
 from django_jobqueue import Fail, JobContext, job
 
+from . import own_tables
 from .jobs_for_workers import note
 
 TABLE = "atomic_effects"
@@ -36,15 +37,11 @@ PAUSES: dict[int, Callable[[JobContext], None]] = {}
 
 
 def create_table(using: str = "default") -> None:
-    connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(_DDL[connection.vendor])
-        cursor.execute(f"DELETE FROM {TABLE}")
+    own_tables.create(TABLE, _DDL, using)
 
 
 def drop_table(using: str = "default") -> None:
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    own_tables.drop(TABLE, using)
 
 
 def effects(using: str = "default") -> dict[int, int]:

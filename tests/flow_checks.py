@@ -1,7 +1,8 @@
 """Checkers over recorded runs: how many of a group overlapped, how many started in a window.
 
-Shared by the thread races (``test_flow_races.py``) and the real-worker tests
-(``test_flow_workers.py``). A run's recorded stretch lies inside the stretch
+Shared by the thread races (``test_flow_races.py``), the real-worker tests
+(``test_flow_workers.py``) and the rate limit under kills
+(``faults/test_rate_limit_kills.py``). A run's recorded stretch lies inside the stretch
 the database saw it running, so an overlap found here happened there too.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +41,15 @@ def peak(runs: Iterable[Run]) -> dict[str, int]:
 
 def starts_in_any_window(runs: Iterable[Run], window: float) -> int:
     """The most starts within any ``window`` seconds."""
-    starts = sorted(run.start for run in runs)
+    return most_in_any_window(sorted(run.start for run in runs), window)
+
+
+def most_in_any_window(times: Sequence[float], window: float) -> int:
+    """The most of ``times`` (sorted) within any ``window`` (same unit): a later time ``t`` shares a
+    window with every earlier one after ``t - window``, as the claim counts them."""
     most, first = 0, 0
-    for last, when in enumerate(starts):
-        while when - starts[first] >= window:
+    for last, when in enumerate(times):
+        while when - times[first] >= window:
             first += 1
         most = max(most, last - first + 1)
     return most

@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,16 @@ def note(path: str, event: str, ctx: JobContext | None = None, **fields: Any) ->
         os.write(fd, (json.dumps(line) + "\n").encode())
     finally:
         os.close(fd)
+
+
+@contextmanager
+def noting_interruptions(path: str, ctx: JobContext) -> Iterator[None]:
+    """Note whatever interrupts the block (a time limit, a stop) as ``interrupted``; re-raise it."""
+    try:
+        yield
+    except BaseException as exc:
+        note(path, "interrupted", ctx, error=type(exc).__name__)
+        raise
 
 
 def events(path: str | Path) -> list[dict[str, Any]]:
@@ -153,14 +165,11 @@ def spin(ctx: JobContext, path: str, seconds: float = 60.0, cooperative: bool = 
     """Burn CPU in a pure Python loop; with ``cooperative``, return as soon as ``ctx.cancelled``."""
     note(path, "start", ctx)
     deadline = time.monotonic() + seconds
-    try:
+    with noting_interruptions(path, ctx):
         while time.monotonic() < deadline:
             if cooperative and ctx.cancelled:
                 note(path, "saw_cancel", ctx)
                 return "stopped"
-    except BaseException as exc:
-        note(path, "interrupted", ctx, error=type(exc).__name__)
-        raise
     note(path, "end", ctx)
     return "spun"
 
@@ -169,11 +178,8 @@ def spin(ctx: JobContext, path: str, seconds: float = 60.0, cooperative: bool = 
 def nap(ctx: JobContext, path: str, seconds: float = 60.0) -> str:
     """One long ``sleep``: a blocking call that no Python line interrupts until it returns."""
     note(path, "start", ctx)
-    try:
+    with noting_interruptions(path, ctx):
         time.sleep(seconds)
-    except BaseException as exc:
-        note(path, "interrupted", ctx, error=type(exc).__name__)
-        raise
     note(path, "end", ctx)
     return "rested"
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from django.urls import reverse
 
@@ -17,6 +18,7 @@ from django_jobqueue.queue import ops
 from tests import jobs_for_workers  # noqa: F401 - registers workers.batch_part and workers.batch_done
 from tests.conftest import count_jobs
 from tests.faults.row_locks import race
+from tests.racing import run_together
 
 PART, DONE = "workers.batch_part", "workers.batch_done"
 WORKER = "w1"
@@ -230,17 +232,8 @@ def test_the_repair_pass_finishes_a_batch_whose_job_left_uncounted(queue):
 # -- races ---------------------------------------------------------------------------
 
 
-def _ack_in_thread(job: Job, start: threading.Barrier, errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            start.wait(10)
-            QueueClient().ack_many([(job, None)], worker_id=WORKER)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    return threading.Thread(target=run)
+def ack(job: Job) -> None:
+    QueueClient().ack_many([(job, None)], worker_id=WORKER)
 
 
 def test_two_last_acks_at_the_same_instant_enqueue_one_callback(queue, postgresql_only, monkeypatch):
@@ -257,13 +250,7 @@ def test_two_last_acks_at_the_same_instant_enqueue_one_callback(queue, postgresq
         both_acked.reset()
         opened, _ = parts(queue, 2)
         first, second = claim_all(queue)
-        start, errors = threading.Barrier(2), []
-        threads = [_ack_in_thread(job, start, errors) for job in (first, second)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(20)
-        assert not errors, errors
+        run_together([partial(ack, first), partial(ack, second)], timeout=20)
         row = Batch.objects.get(pk=opened.id)
         assert row.done == 2 and row.callback_job_id is not None
         assert Job.objects.filter(name=DONE, payload__batch_id=opened.id).count() == 1
@@ -273,13 +260,7 @@ def test_last_acks_racing_freely_enqueue_one_callback(queue):
     """Many threads with their own connections ack the jobs of one batch at once (both databases)."""
     opened, _ = parts(queue, 8)
     claimed = claim_all(queue)
-    start, errors = threading.Barrier(len(claimed)), []
-    threads = [_ack_in_thread(job, start, errors) for job in claimed]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not errors, errors
+    run_together([partial(ack, job) for job in claimed], timeout=30)
     [callback] = callbacks()
     assert callback.payload["done"] == 8
 
@@ -291,23 +272,7 @@ def test_a_dead_letter_retried_while_the_last_job_is_acked_is_counted_once(queue
     first, second = claim_all(queue)
     queue.fail(first, worker_id=WORKER, error="no")
     dead = DeadLetter.objects.get()
-    start, errors = threading.Barrier(2), []
-
-    def retry() -> None:
-        try:
-            start.wait(10)
-            QueueClient().retry_dead_letter(dead)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [_ack_in_thread(second, start, errors), threading.Thread(target=retry)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(20)
-    assert not errors, errors
+    run_together([partial(ack, second), lambda: QueueClient().retry_dead_letter(dead)], timeout=20)
     row = Batch.objects.get(pk=opened.id)
     if row.callback_job_id is None:  # the retry came first: the batch waits for the revived job
         assert row.failed == 0

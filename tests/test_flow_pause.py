@@ -13,9 +13,9 @@ from django.db import transaction
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import Job, QueueState
+from tests.racing import run_threads
 
 from .conftest import received
-from .test_queue_concurrency import run_threads
 
 
 def test_pause_and_resume_say_whether_they_changed_the_state(queue):

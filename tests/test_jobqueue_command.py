@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +16,7 @@ from django.utils import timezone
 from django_jobqueue import QueueClient
 from django_jobqueue.management.commands.jobqueue import Command
 from django_jobqueue.models import DeadLetter, Job
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.worker_support import run_manage
 
 
 def run(*args: str) -> str:
@@ -56,21 +52,8 @@ def busy(queue: QueueClient) -> None:
 
 def test_status_prints_a_table(busy):
     lines = run("status").splitlines()
-    assert lines[0].split() == [
-        "queue",
-        "ready",
-        "scheduled",
-        "running",
-        "waiting",
-        "dead",
-        "oldest",
-        "ready",
-        "done",
-        "(1",
-        "h)",
-        "paused",
-        "limits",
-    ]
+    header = "queue ready scheduled running waiting dead oldest ready done (1 h) paused limits"
+    assert lines[0].split() == header.split()
     rows = {line.split()[0]: line.split() for line in lines[1:4]}
     assert rows["emails"][:6] == ["emails", "1", "1", "0", "0", "1"]
     assert rows["emails"][6:] == ["12", "min", "1", "—", "—"]
@@ -274,24 +257,10 @@ def shell_env() -> dict[str, str]:
 def test_the_command_runs_from_a_shell(queue, busy):
     """As a health check would run it: a process, its exit code and its JSON."""
     env = shell_env()
-    done = subprocess.run(
-        [sys.executable, "manage.py", "jobqueue", "status", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_manage("jobqueue", "status", "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert {q["queue"] for q in json.loads(done.stdout)["queues"]} == {"emails", "reports"}
-    bad = subprocess.run(
-        [sys.executable, "manage.py", "jobqueue", "retry-dead"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = run_manage("jobqueue", "retry-dead", env=env)
     assert bad.returncode == 2 and "--all" in bad.stderr
 
 
@@ -309,14 +278,7 @@ def test_the_command_runs_from_a_shell(queue, busy):
 def test_exit_status_2_for_bad_arguments_and_1_for_a_failure(queue, args, status, message):
     """As docs/commands.md says: argparse's 2 for a bad argument, 1 when the work fails."""
     make_dead(queue)
-    done = subprocess.run(
-        [sys.executable, "manage.py", "jobqueue", *args],
-        cwd=ROOT,
-        env=shell_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_manage("jobqueue", *args, env=shell_env())
     assert (done.returncode, done.stdout if status == 2 else "") == (status, ""), done.stderr
     assert message in done.stderr
     assert DeadLetter.objects.count() == 1, "nothing was retried"

@@ -28,10 +28,13 @@ OK = b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
 
 
 class Answers:
-    """Answers each request 200, once ``release`` is set; counts the requests being answered."""
+    """Answers each request 200, once ``release`` is set (from the start if ``released``); counts the
+    requests being answered."""
 
-    def __init__(self) -> None:
+    def __init__(self, released: bool = False) -> None:
         self.release = threading.Event()
+        if released:
+            self.release.set()
         self.answering = 0
         self.changed = threading.Condition()
 
@@ -113,9 +116,7 @@ def test_a_request_past_the_bound_is_answered_503_at_once_and_the_next_after_is_
 
 
 def test_one_connection_past_the_waiting_bound_closes_the_one_that_waited_longest(serve):
-    answers = Answers()
-    answers.release.set()
-    port = serve(answers)
+    port = serve(Answers(released=True))
     waiting = [connect(port) for _ in range(MAX_WAITING)]
     try:
         first, second = waiting[0], waiting[1]
@@ -129,8 +130,7 @@ def test_one_connection_past_the_waiting_bound_closes_the_one_that_waited_longes
 
 
 def test_a_head_longer_than_the_bound_is_dropped(serve):
-    answers = Answers()
-    answers.release.set()
+    answers = Answers(released=True)
     port = serve(answers)
     with connect(port) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nX-Long: " + b"a" * MAX_HEAD_BYTES)

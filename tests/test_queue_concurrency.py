@@ -6,45 +6,19 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 
 from django_jobqueue import QueueClient, enqueue, enqueue_many
 from django_jobqueue.models import Job
+from tests.racing import run_threads
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
-    """Run ``target(i)`` in ``count`` threads started together; return results, re-raise errors."""
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-
-    def body(index: int) -> None:
-        try:
-            barrier.wait()
-            results[index] = target(index)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
-    return results
 
 
 def test_eight_threads_pulling_3000_jobs_claim_each_exactly_once(queue):

@@ -7,17 +7,15 @@ second caller reads the row before the first commits.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-
-from django.db import connections
 
 from django_jobqueue.models import Job
 from django_jobqueue.queue.schedules import Fired, ScheduleBook
 from django_jobqueue.queue.timetable import Schedule
 from tests.faults.row_locks import race
 from tests.jobs_for_workers import events  # noqa: F401 - registers workers.record here
+from tests.racing import run_threads
 from tests.worker_support import wait_until
 
 THREADS = 4
@@ -55,30 +53,8 @@ def run_ats(value: str) -> list[datetime]:
 
 def fire_together(schedules: list[Schedule], now: datetime) -> list[Fired]:
     """``fire_due(schedules, now)`` from THREADS threads released at once; what they all fired."""
-    barrier = threading.Barrier(THREADS)
-    results: list[Fired] = []
-    errors: list[BaseException] = []
-
-    def fire() -> None:
-        try:
-            book = ScheduleBook()
-            book.now()  # connect before the barrier: the race is over the row, not the connecting
-            barrier.wait(30)
-            results.extend(book.fire_due(schedules, now=now))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=fire) for _ in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads)
-    if errors:
-        raise errors[0]
-    return results
+    fired = run_threads(THREADS, lambda _: ScheduleBook().fire_due(schedules, now=now), timeout=60)
+    return [each for one_caller in fired for each in one_caller]
 
 
 def test_workers_firing_at_the_same_moment_enqueue_each_fire_time_once(queue, events_path):

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import DeadLetter, Job, Worker
 from django_jobqueue.worker.pools.autoscale import SlotPolicy, SlotRange
 from tests.jobs_for_workers import events
-from tests.worker_support import ROOT, database_url, wait_until
+from tests.worker_support import database_url, run_manage, wait_until
 
 MODULES = {"JOBQUEUE_MODULES": "tests.jobs_for_workers,tests.jobs_for_autoscale"}
 FAST = ("--resize-interval", "0.2", "--poll-interval", "0.1")
@@ -223,30 +222,21 @@ def test_bad_concurrency_is_refused(value: str, says: str):
         concurrency(value)
 
 
+def runworker(*args: str) -> subprocess.CompletedProcess[str]:
+    """A real runworker on the test database, to its end."""
+    return run_manage("runworker", *args, env={**os.environ, "DATABASE_URL": database_url()})
+
+
 def test_runworker_refuses_a_bad_range_before_starting(queue):
     """A real runworker: usage and one line naming the argument, exit status 2; nothing registered."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "runworker", "--concurrency", "8:2"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url()},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = runworker("--concurrency", "8:2")
     assert done.returncode == 2
     assert "argument --concurrency: MIN must not be above MAX, got '8:2'" in done.stderr
     assert not Worker.objects.exists()
 
 
 def test_resize_options_need_a_range(queue):
-    done = subprocess.run(
-        [sys.executable, "manage.py", "runworker", "--concurrency", "4", "--shrink-after", "5"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url()},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = runworker("--concurrency", "4", "--shrink-after", "5")
     assert done.returncode == 1
     assert "--shrink-after need --concurrency MIN:MAX with MIN below MAX" in done.stderr
 

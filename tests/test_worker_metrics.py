@@ -13,8 +13,6 @@ import re
 import selectors
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobqueue import QueueClient
-from tests.worker_support import JOB_MODULE, ROOT, WorkerProcess, wait_until
+from tests.worker_support import JOB_MODULE, WorkerProcess, run_manage, wait_until
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 FAST = ("--poll-interval", "0.1", "--cancel-grace", "0.5")
@@ -322,14 +320,7 @@ def test_json_log_lines_parse_and_carry_the_outcome_fields(queue: QueueClient, t
         "JOBQUEUE_BACKOFF_BASE": "30",
         "JOBQUEUE_BACKOFF_MAX": "30",
     }
-    run = subprocess.run(
-        [sys.executable, "manage.py", "runworker", "--burst", "--log-format", "json", "--worker-id", "w"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_manage("runworker", "--burst", "--log-format", "json", "--worker-id", "w", env=env)
     assert run.returncode == 0, run.stderr
     lines = [json.loads(line) for line in run.stderr.splitlines()]
     jobs = [line for line in lines if line.get("event") == "job"]

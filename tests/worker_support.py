@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +32,15 @@ def database_url() -> str:
     host = settings.get("HOST") or "127.0.0.1"
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
     return f"postgres://{user}{password}@{host}{port}/{quote(settings['NAME'])}"
+
+
+def run_manage(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py`` with ``args`` in a process of its own, ``env`` its whole environment, to its end.
+
+    Its output is captured as text; it may take a minute at the most.
+    """
+    command = [sys.executable, "manage.py", *args]
+    return subprocess.run(command, cwd=ROOT, env=dict(env), capture_output=True, text=True, timeout=60)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, message: str = "") -> Any:

@@ -26,8 +26,14 @@ from django.db.utils import load_backend
 
 from tests.worker_support import ROOT
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DATABASE = "jq_faults"
+
+
+def binaries() -> Path | None:
+    """The directory of initdb, pg_ctl and psql, as ``scripts/pg bindir`` finds it; None without one."""
+    script = str(ROOT / "scripts" / "pg")
+    found = subprocess.run([script, "bindir"], capture_output=True, text=True, timeout=30)
+    return Path(found.stdout.strip()) if found.returncode == 0 else None
 
 
 def free_port() -> int:
@@ -45,7 +51,10 @@ def as_postgres(*command: str, timeout: float = 60) -> subprocess.CompletedProce
 class Cluster:
     """A PostgreSQL cluster of its own, listening on ``127.0.0.1`` and ``extra_addresses``."""
 
-    def __init__(self, extra_addresses: tuple[str, ...] = (), trusted_network: str | None = None) -> None:
+    def __init__(
+        self, bin_dir: Path, extra_addresses: tuple[str, ...] = (), trusted_network: str | None = None
+    ) -> None:
+        self.bin_dir = bin_dir
         self.port = free_port()
         self.addresses = ("127.0.0.1", *extra_addresses)
         self.trusted_network = trusted_network
@@ -59,7 +68,7 @@ class Cluster:
     def create(self) -> None:
         if os.geteuid() == 0:
             shutil.chown(self.home, "postgres", "postgres")
-        initdb = str(PG_BIN / "initdb")
+        initdb = str(self.bin_dir / "initdb")
         as_postgres(initdb, "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(
@@ -71,7 +80,7 @@ class Cluster:
                 hba.write(f"host all all {self.trusted_network} trust\n")
         self.start()
         as_postgres(
-            str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+            str(self.bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
             "-c", f"CREATE DATABASE {DATABASE}",
         )  # fmt: skip
         subprocess.run(
@@ -83,7 +92,7 @@ class Cluster:
         )
 
     def pg_ctl(self, *args: str) -> None:
-        as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", *args)
+        as_postgres(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", *args)
 
     def start(self) -> None:
         self.pg_ctl("start")
@@ -104,9 +113,10 @@ def throwaway_cluster(
     extra_addresses: tuple[str, ...] = (), trusted_network: str | None = None
 ) -> Iterator[Cluster]:
     """A new cluster, migrated, listening on 127.0.0.1 and ``extra_addresses``; removed afterwards."""
-    if not (PG_BIN / "initdb").exists():
-        pytest.skip(f"no PostgreSQL binaries in {PG_BIN} to start a throwaway cluster")
-    cluster = Cluster(extra_addresses, trusted_network)
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("scripts/pg bindir finds no PostgreSQL binaries to start a throwaway cluster with")
+    cluster = Cluster(bin_dir, extra_addresses, trusted_network)
     try:
         cluster.create()
         yield cluster

@@ -1,10 +1,11 @@
-"""Fixtures of the fault-injection suite: the ledger table, workers that run its jobs, figures."""
+"""Fixtures of the fault-injection suite: the ledger table, workers that run its jobs, fleets, figures."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.worker_support import ROOT, WorkerProcess
 # jobs: imported in the test process too, so that enqueueing its jobs by name applies
 # their @job options (faults.work's max_attempts) here as in the workers.
 from . import jobs, ledger, trails  # noqa: F401
+from .chaos import Fleet
 
 FAULT_JOBS = "tests.faults.jobs"
 FIGURES_DIR = ROOT / "var" / "fault-figures"
@@ -47,6 +49,15 @@ def fault_worker(
         return start_worker(*args, env={"JOBQUEUE_MODULES": FAULT_JOBS, **(env or {})})
 
     return start
+
+
+@pytest.fixture
+def start_fleet(fault_worker: Callable[..., WorkerProcess]) -> Callable[..., Fleet]:
+    """Start ``size`` workers alike with the suite's jobs loaded, as a ``chaos.Fleet``.
+
+    ``start_fleet(prefix, size, args, env=None, slot_env=None)``.
+    """
+    return partial(Fleet, fault_worker)
 
 
 @pytest.fixture

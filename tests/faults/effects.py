@@ -10,15 +10,17 @@ from typing import Any, NamedTuple
 
 from django.db import connections
 
+from tests import own_tables
+
 TABLE = "faults_effects"
 
 _DDL = {
     "postgresql": (
-        f"CREATE TABLE {TABLE} (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, "
         "claim_token BIGINT NOT NULL, worker VARCHAR(255) NOT NULL)"
     ),
     "sqlite": (
-        f"CREATE TABLE {TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL, "
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL, "
         "claim_token BIGINT NOT NULL, worker VARCHAR(255) NOT NULL)"
     ),
 }
@@ -31,15 +33,11 @@ class Effect(NamedTuple):
 
 
 def create(using: str = "default") -> None:
-    connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
-        cursor.execute(_DDL[connection.vendor])
+    own_tables.create(TABLE, _DDL, using)
 
 
 def drop(using: str = "default") -> None:
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    own_tables.drop(TABLE, using)
 
 
 def write(job_id: int, claim_token: int, worker: str, using: str = "default") -> None:

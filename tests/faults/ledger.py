@@ -25,6 +25,8 @@ from typing import Any
 
 from django.db import connections
 
+from tests import own_tables
+
 TABLE = "faults_ledger"
 
 _DDL = {
@@ -64,15 +66,11 @@ class Execution:
 
 def create(using: str = "default") -> None:
     """Create the ledger table on ``using`` (if missing) and empty it."""
-    connection = connections[using]
-    with connection.cursor() as cursor:
-        cursor.execute(_DDL[connection.vendor])
-        cursor.execute(f"DELETE FROM {TABLE}")
+    own_tables.create(TABLE, _DDL, using)
 
 
 def drop(using: str = "default") -> None:
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    own_tables.drop(TABLE, using)
 
 
 def start(job_id: int, claim_token: int, attempt: int, worker: str, using: str = "default") -> int:

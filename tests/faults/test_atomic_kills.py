@@ -22,7 +22,6 @@ expired claim as well as a kill; on PostgreSQL only a kill.
 from __future__ import annotations
 
 import random
-import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,10 +30,9 @@ import pytest
 from django.db import connection
 
 from django_jobqueue.models import Job
-from tests.worker_support import WorkerProcess, first_within, wait_until
+from tests.worker_support import first_within, wait_until
 
 from . import effects, ledger
-from .chaos import stop_gracefully
 from .checker import EXPIRED, KILL, check
 from .jobs import WRITTEN
 
@@ -60,7 +58,7 @@ def effects_table(queue):
 
 @pytest.mark.slow
 def test_sigkilled_atomic_jobs_commit_exactly_one_effect_each(
-    queue, fault_worker, effects_table, figures, tmp_path: Path
+    queue, start_fleet, effects_table, figures, tmp_path: Path
 ):
     size = SIZES[connection.vendor]
     rng = random.Random(31)
@@ -72,19 +70,11 @@ def test_sigkilled_atomic_jobs_commit_exactly_one_effect_each(
     ]
     jobs = queue.push_many([("faults.atomic_effect", payload, {}) for payload in payloads])
     worker_args = ("--concurrency", str(size["slots"]), "--visibility-timeout", "2", "--poll-interval", "0.1")
-    serial = iter(range(1_000))
-    started: dict[str, WorkerProcess] = {}
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"atomic-{next(serial)}"
-        started[worker_id] = fault_worker(*worker_args, "--worker-id", worker_id)
-        return worker_id, started[worker_id]
-
-    workers = [start() for _ in range(size["workers"])]
+    fleet = start_fleet("atomic", size["workers"], worker_args)
 
     def between_write_and_commit() -> list[int]:
         """The slots of the workers running a job that has written its effect and not yet returned."""
-        slots = {worker_id: slot for slot, (worker_id, _) in enumerate(workers)}
+        slots = {worker_id: slot for slot, (worker_id, _) in enumerate(fleet.workers)}
         return [
             slots[run.worker]
             for run in ledger.beside_executions(ledger_file)
@@ -92,27 +82,21 @@ def test_sigkilled_atomic_jobs_commit_exactly_one_effect_each(
         ]
 
     began = time.monotonic()
-    kills: dict[str, float] = {}
     for round_ in range(KILLS):
         time.sleep(KILL_EVERY)
         # Struck at once, not a moment later: the stretch between the write and the commit is
         # what a kill must cut (it may still land just after the job returned, before its commit).
         busy = first_within(between_write_and_commit, AIM_WITHIN)
-        slot = busy[0] if busy else round_ % len(workers)
-        worker_id, worker = workers[slot]
-        worker.send(signal.SIGKILL)
-        kills[worker_id] = time.time()
-        worker.wait()
-        workers[slot] = start()
+        fleet.kill(busy[0] if busy else round_ % len(fleet))
     done_in_chaos = Job.objects.filter(status="done").count()
 
     wait_until(lambda: Job.objects.filter(status="done").count() == size["jobs"], 180, "every job to be done")
     elapsed = time.monotonic() - began
-    stop_gracefully(workers)
+    fleet.stop()
 
     ledger.take_in(ledger_file)
     ids = [job.pk for job in jobs]
-    report = check(ids, kills=kills, logs={worker_id: worker.log() for worker_id, worker in started.items()})
+    report = check(ids, kills=fleet.kills, logs=fleet.logs())
     acked = dict(Job.objects.filter(pk__in=ids).values_list("pk", "claim_token"))
     runs = ledger.executions()
     acked_runs = {run.job_id: run for run in runs if acked.get(run.job_id) == run.claim_token}
@@ -120,12 +104,12 @@ def test_sigkilled_atomic_jobs_commit_exactly_one_effect_each(
     taken_back = [
         run
         for run in runs
-        if run.note == WRITTEN and run.worker in kills and acked[run.job_id] != run.claim_token
+        if run.note == WRITTEN and run.worker in fleet.kills and acked[run.job_id] != run.claim_token
     ]
     kept = effects.committed()
     figures(
         scenario="atomic jobs under SIGKILL",
-        faults=f"{len(kills)} SIGKILLs, {KILL_EVERY:g} s apart or more, each at a worker whose job had "
+        faults=f"{len(fleet.kills)} SIGKILLs, {KILL_EVERY:g} s apart or more, each at a worker whose job had "
         "written its effect and not returned",
         workers=f"{size['workers']} x {size['slots']} slots, visibility timeout 2 s",
         job_seconds_after_the_write=f"{low:g}-{high:g}",

@@ -85,15 +85,19 @@ def test_the_callers_transaction_stays_usable_after_each_bad_option(queue, optio
     assert_transaction_survives({}, options, message)
 
 
-BAD_JOB_OPTIONS = [
+# What @job and .using() both take, refused alike.
+BAD_PRIORITY_AND_QUEUE = [
     pytest.param({"priority": True}, "priority must be an integer", id="priority-bool"),
     pytest.param({"priority": "5"}, "priority must be an integer", id="priority-str"),
     pytest.param({"priority": 1.5}, "priority must be an integer", id="priority-float"),
     pytest.param({"priority": 10**9}, "from -100 to 100", id="priority-huge"),
-    pytest.param({"queue": 'say "hi"'}, "may hold only", id="queue-quotes"),
     pytest.param({"queue": "x'; DROP TABLE django_jobqueue_job; --"}, "may hold only", id="queue-sql"),
     pytest.param({"queue": "a\x00b"}, "may hold only", id="queue-nul"),
     pytest.param({"queue": "q" * 300}, "1 to 63 characters", id="queue-300"),
+]
+BAD_JOB_OPTIONS = [
+    *BAD_PRIORITY_AND_QUEUE,
+    pytest.param({"queue": 'say "hi"'}, "may hold only", id="queue-quotes"),
     pytest.param({"max_attempts": 0}, "max_attempts must be from 1", id="max-attempts-0"),
     pytest.param({"max_attempts": True}, "max_attempts must be an integer", id="max-attempts-bool"),
     pytest.param({"visibility_timeout": -1}, "0 seconds or more", id="timeout-negative"),
@@ -121,13 +125,7 @@ def test_bad_job_decorator_options_raise_at_definition_and_register_nothing(opti
 
 
 BAD_USING_OPTIONS = [
-    pytest.param({"priority": True}, "priority must be an integer", id="priority-bool"),
-    pytest.param({"priority": "5"}, "priority must be an integer", id="priority-str"),
-    pytest.param({"priority": 1.5}, "priority must be an integer", id="priority-float"),
-    pytest.param({"priority": 10**9}, "from -100 to 100", id="priority-huge"),
-    pytest.param({"queue": "x'; DROP TABLE django_jobqueue_job; --"}, "may hold only", id="queue-sql"),
-    pytest.param({"queue": "a\x00b"}, "may hold only", id="queue-nul"),
-    pytest.param({"queue": "q" * 300}, "1 to 63 characters", id="queue-300"),
+    *BAD_PRIORITY_AND_QUEUE,
     pytest.param({"delay": -5}, "0 seconds or more", id="delay-negative"),
     pytest.param({"delay": timedelta(days=365 * 8000)}, "100 years", id="delay-year-9999"),
     pytest.param({"unique_key": "k\x00"}, "NUL", id="unique-key-nul"),

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import time
 
 import pytest
 
 from django_jobqueue import batch
 from django_jobqueue.models import Batch, DeadLetter, Job
-from tests.worker_support import WorkerProcess, wait_until
+from tests.worker_support import wait_until
 
 from . import ledger
-from .chaos import stop_gracefully
 from .checker import EXPIRED, KILL, check
 
 JOBS = 2_000
@@ -25,11 +23,13 @@ WORKERS = 4
 SLOTS = 6
 KILL_EVERY = 1.0
 CHAOS_FOR = 12.0
+KILLS = int(CHAOS_FOR / KILL_EVERY)
+CANCEL_AFTER = 3  # kills, then the test cancels its jobs
 WORKER_ARGS = ("--concurrency", str(SLOTS), "--visibility-timeout", "3", "--poll-interval", "0.2")
 
 
 @pytest.mark.slow
-def test_a_batch_under_sigkills_enqueues_one_callback_with_the_right_counts(queue, fault_worker, figures):
+def test_a_batch_under_sigkills_enqueues_one_callback_with_the_right_counts(queue, start_fleet, figures):
     rng = random.Random(18)
     failing = set(rng.sample(range(JOBS - CANCELLED), FAILING))
     with batch(on_finish="faults.batch_done", payload={"scenario": "kills"}) as opened:
@@ -43,37 +43,20 @@ def test_a_batch_under_sigkills_enqueues_one_callback_with_the_right_counts(queu
         )
     assert opened.total == JOBS
     to_cancel = jobs[JOBS - CANCELLED :]
-    serial = iter(range(1_000))
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"batch-kill-{next(serial)}"
-        return worker_id, fault_worker(*WORKER_ARGS, "--worker-id", worker_id)
-
-    workers = [start() for _ in range(WORKERS)]
-    for _worker_id, worker in workers:
-        worker.wait_started(60)  # the first kill strikes a worker that runs jobs
+    fleet = start_fleet("batch-kill", WORKERS, WORKER_ARGS)
+    fleet.wait_started()  # the first kill strikes a worker that runs jobs
     began = time.monotonic()
-    kills: dict[str, float] = {}
-    cancels: dict[int, float] = {}
-    next_kill = began + KILL_EVERY
-    while next_kill <= began + CHAOS_FOR:
-        time.sleep(max(0.0, next_kill - time.monotonic()))
-        slot = len(kills) % WORKERS
-        worker_id, worker = workers[slot]
-        worker.send(signal.SIGKILL)
-        kills[worker_id] = time.time()
-        worker.wait()
-        workers[slot] = start()
-        if len(kills) == 3:  # amid the kills, while the batch's other jobs run
-            cancels = {job.pk: time.time() for job in to_cancel if queue.cancel(job)}
-        next_kill += KILL_EVERY
+    fleet.kill_in_order(times=CANCEL_AFTER, every=KILL_EVERY)
+    # Amid the kills, while the batch's other jobs run.
+    cancels = {job.pk: time.time() for job in to_cancel if queue.cancel(job)}
+    fleet.kill_in_order(times=KILLS - CANCEL_AFTER, every=KILL_EVERY)
 
     def called_back() -> bool:
         return any(run.finished and run.note for run in ledger.executions())
 
     wait_until(called_back, 240, "the batch's callback to run")
     elapsed = time.monotonic() - began
-    stop_gracefully(workers)
+    fleet.stop()
 
     assert len(cancels) == CANCELLED, "the cancelled jobs were still waiting"
     row = Batch.objects.get(pk=opened.id)
@@ -89,10 +72,10 @@ def test_a_batch_under_sigkills_enqueues_one_callback_with_the_right_counts(queu
     assert notes and all(note == {"scenario": "kills", "batch_id": opened.id, **expected} for note in notes)
     assert {run.job_id for run in ledger.executions() if run.note} == {row.callback_job_id}
 
-    report = check([job.pk for job in jobs], kills=kills, cancels=cancels)
+    report = check([job.pk for job in jobs], kills=fleet.kills, cancels=cancels)
     figures(
         scenario="batch under SIGKILLs",
-        faults=f"{len(kills)} SIGKILLs, one every {KILL_EVERY:g} s for {CHAOS_FOR:g} s; "
+        faults=f"{len(fleet.kills)} SIGKILLs, one every {KILL_EVERY:g} s for {CHAOS_FOR:g} s; "
         f"{CANCELLED} jobs cancelled, {FAILING} failing for good",
         workers=f"{WORKERS} x {SLOTS} slots, visibility timeout 3 s",
         drained_in=round(elapsed, 1),

@@ -8,16 +8,14 @@ checker's rules say), and starts only after the acked run of the link before it.
 from __future__ import annotations
 
 import random
-import signal
 import time
 
 import pytest
 
 from django_jobqueue.models import Dependency, Job
-from tests.worker_support import WorkerProcess, first_within, wait_until
+from tests.worker_support import wait_until
 
 from . import ledger
-from .chaos import stop_gracefully
 from .checker import KILL, check
 
 CHAINS = 4
@@ -31,7 +29,7 @@ WORKER_ARGS = ("--concurrency", "4", "--visibility-timeout", "2", "--poll-interv
 
 
 @pytest.mark.slow
-def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, fault_worker, figures):
+def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, start_fleet, figures):
     rng = random.Random(18)
     chains: list[list[Job]] = []
     for chain in range(CHAINS):
@@ -41,39 +39,26 @@ def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, fault
             links.append(queue.push("faults.work", payload, depends_on=[links[-1]]))
         chains.append(links)
     assert Job.objects.filter(status="waiting").count() == CHAINS * (LINKS - 1)
-    serial = iter(range(1_000))
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"chain-{next(serial)}"
-        return worker_id, fault_worker(*WORKER_ARGS, "--worker-id", worker_id)
-
-    workers = [start() for _ in range(WORKERS)]
+    fleet = start_fleet("chain", WORKERS, WORKER_ARGS)
 
     began = time.monotonic()
-    kills: dict[str, float] = {}
     for round_ in range(KILLS):
         time.sleep(KILL_EVERY)
-        # A worker that has begun a link, once one has: on a loaded machine a worker restarted every
-        # few seconds may not yet have claimed one when a timed kill comes. Struck a moment later,
-        # within a link's length, so that some kills cut a link short and some let it finish.
-        busy = first_within(lambda: ledger.slots_mid_job(workers), AIM_WITHIN)
-        slot = busy[0] if busy else round_ % WORKERS
+        # A worker that has begun a link, struck a moment later, within a link's length, so that
+        # some kills cut a link short and some let it finish.
+        slot = fleet.slot_mid_job(AIM_WITHIN, otherwise=round_ % WORKERS)
         time.sleep(rng.uniform(0.0, 0.4))
-        worker_id, worker = workers[slot]
-        worker.send(signal.SIGKILL)
-        kills[worker_id] = time.time()
-        worker.wait()
-        workers[slot] = start()
+        fleet.kill(slot)
 
     total = CHAINS * LINKS
     done_in_chaos = Job.objects.filter(status="done").count()
     wait_until(lambda: Job.objects.filter(status="done").count() == total, 240, "every link to be done")
     elapsed = time.monotonic() - began
 
-    report = check([job.pk for links in chains for job in links], kills=kills)
+    report = check([job.pk for links in chains for job in links], kills=fleet.kills)
     figures(
         scenario="chains under SIGKILL",
-        faults=f"{len(kills)} SIGKILLs, {KILL_EVERY:g} s apart, each at a worker running a link",
+        faults=f"{len(fleet.kills)} SIGKILLs, {KILL_EVERY:g} s apart, each at a worker running a link",
         workers=f"{WORKERS} x 4 slots, visibility timeout 2 s",
         chains=f"{CHAINS} x {LINKS} links",
         drained_in=round(elapsed, 1),
@@ -100,4 +85,4 @@ def test_chains_run_every_link_once_in_order_with_workers_sigkilled(queue, fault
             assert first_start[after.pk] > acked_end[before.pk], (
                 f"link #{after.pk} started before link #{before.pk}'s acked run ended"
             )
-    stop_gracefully(workers)
+    fleet.stop()

@@ -23,7 +23,6 @@ in a thread of the test: a process per prune would take a core of the two.
 from __future__ import annotations
 
 import random
-import signal
 import threading
 import time
 from collections import Counter
@@ -34,10 +33,9 @@ from django.db import connections
 
 from django_jobqueue import DependencyError, QueueClient
 from django_jobqueue.models import Dependency, Job
-from tests.worker_support import WorkerProcess, first_within
+from tests.worker_support import first_within
 
 from . import ledger, trails
-from .chaos import stop_gracefully
 from .checker import KILL, check
 
 GROUPS = 60
@@ -89,7 +87,7 @@ def work(rng: random.Random, low: float, high: float) -> tuple[str, dict[str, fl
 
 @pytest.mark.slow
 def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_when_done(
-    queue, fault_worker, trail_tables, figures
+    queue, start_fleet, trail_tables, figures
 ):
     rng = random.Random(47)
     waits: dict[int, list[int]] = {}  # each dependent -> the jobs it names
@@ -109,28 +107,17 @@ def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_wh
         fan_in = push(work(rng, 0.1, 0.3), [*ids, middle.pk])
         after = push(work(rng, 0.1, 0.3), [fan_in.pk])
         graph += [*leaves, middle, fan_in, after]
-    serial = iter(range(1_000))
-    deleting: set[str] = set()  # the workers that delete at their ack
-
-    def start(slot: int) -> tuple[str, WorkerProcess]:
-        worker_id = f"prune-dep-{next(serial)}"
-        env = DELETING_ENV if slot == DELETES_AT_ACK else {}
-        if slot == DELETES_AT_ACK:
-            deleting.add(worker_id)
-        return worker_id, fault_worker(*WORKER_ARGS, "--worker-id", worker_id, env=env)
-
-    workers = [start(slot) for slot in range(WORKERS)]
+    fleet = start_fleet("prune-dep", WORKERS, WORKER_ARGS, slot_env={DELETES_AT_ACK: DELETING_ENV})
     pruning = PruneLoop()
     pruning.start()
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
+    fleet.wait_started()
 
     late: dict[int, str] = {}  # each new dependent accepted -> its status when enqueued
     refused: list[tuple[list[int], float]] = []
 
     def enqueue_late(kind: int) -> None:
         """A new dependent naming a job running now, one whose run has just ended, or both (by ``kind``)."""
-        live = {worker_id for worker_id, _ in workers}
+        live = {worker_id for worker_id, _ in fleet.workers}
         runs = ledger.executions()
         running = [run.job_id for run in runs if run.ended_at is None and run.worker in live]
         ended = [run.job_id for run in runs[-40:] if run.finished]
@@ -146,21 +133,15 @@ def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_wh
             late[job.pk] = job.status
 
     began = time.monotonic()
-    kills: dict[str, float] = {}
     for round_ in range(KILLS):
         for kind in range(LATE_PER_ROUND):
             time.sleep(KILL_EVERY / LATE_PER_ROUND)
             enqueue_late(kind)
         # At a worker in the middle of a job, struck a moment later so that some kills cut a
         # job short and some let it end unacked, as in the chains' scenario.
-        busy = first_within(lambda: ledger.slots_mid_job(workers), AIM_WITHIN)
-        slot = busy[0] if busy else round_ % WORKERS
+        slot = fleet.slot_mid_job(AIM_WITHIN, otherwise=round_ % WORKERS)
         time.sleep(rng.uniform(0.0, 0.3))
-        worker_id, worker = workers[slot]
-        worker.send(signal.SIGKILL)
-        kills[worker_id] = time.time()
-        worker.wait()
-        workers[slot] = start(slot)
+        fleet.kill(slot)
 
     def settled() -> bool:
         return not Job.objects.filter(status__in=("ready", "running", "waiting")).exists()
@@ -169,7 +150,8 @@ def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_wh
     first_within(settled, 180)
     elapsed = time.monotonic() - began
     pruning.stop()
-    stop_gracefully(workers)
+    fleet.stop()
+    deleting = {worker_id for worker_id, slot in fleet.slot_of.items() if slot == DELETES_AT_ACK}
 
     runs = ledger.executions()
     ended_runs = {(run.job_id, run.claim_token): run for run in runs if run.finished}
@@ -187,7 +169,7 @@ def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_wh
         job_id: (deleted[job_id].claim_token, deleted[job_id].attempts) for job_id in pruned | at_ack
     }
     ids = [job.pk for job in graph] + list(late)
-    report = check(ids, kills=kills, deleted_done=deleted_done)
+    report = check(ids, kills=fleet.kills, deleted_done=deleted_done)
 
     tokens = dict(Job.objects.filter(pk__in=ids, status="done").values_list("pk", "claim_token"))
     tokens.update({job_id: claim_token for job_id, (claim_token, _attempts) in deleted_done.items()})
@@ -221,8 +203,11 @@ def test_dependents_run_once_after_their_dependencies_while_those_are_deleted_wh
     ]
     figures(
         scenario="dependencies deleted while their dependents wait",
-        faults=f"{len(kills)} SIGKILLs, {KILL_EVERY:g} s apart or more, each at a worker running a job; "
-        f"done jobs deleted at the ack by one worker of {WORKERS}, pruned every {PRUNE_EVERY:g} s otherwise",
+        faults=(
+            f"{len(fleet.kills)} SIGKILLs, {KILL_EVERY:g} s apart or more, each at a worker running a job; "
+            f"done jobs deleted at the ack by one worker of {WORKERS}, "
+            f"pruned every {PRUNE_EVERY:g} s otherwise"
+        ),
         workers=f"{WORKERS} x 4 slots, visibility timeout 2 s",
         groups=f"{GROUPS} x (4 dependencies, 1 waiting on 2 of them, 1 fan-in on all 5, 1 after it)",
         drained_in=round(elapsed, 1),

@@ -9,10 +9,9 @@ import time
 import pytest
 
 from django_jobqueue.models import DeadLetter, Job
-from tests.worker_support import WorkerProcess, wait_until
+from tests.worker_support import wait_until
 
 from . import ledger
-from .chaos import stop_gracefully
 from .checker import KILL, check
 
 JOBS = 1_000
@@ -21,7 +20,7 @@ WORKER_ARGS = ("--concurrency", "8", "--visibility-timeout", "1", "--poll-interv
 
 
 @pytest.mark.slow
-def test_a_poison_pill_is_dead_lettered_after_max_attempts_and_the_rest_is_done(queue, fault_worker, figures):
+def test_a_poison_pill_is_dead_lettered_after_max_attempts_and_the_rest_is_done(queue, start_fleet, figures):
     rng = random.Random(7)
     jobs = queue.push_many(
         [("faults.work", {"seconds": rng.uniform(0.01, 0.1), "n": n}, {}) for n in range(JOBS // 2)]
@@ -30,23 +29,17 @@ def test_a_poison_pill_is_dead_lettered_after_max_attempts_and_the_rest_is_done(
     jobs += queue.push_many(
         [("faults.work", {"seconds": rng.uniform(0.01, 0.1), "n": n}, {}) for n in range(JOBS // 2, JOBS)]
     )
-    serial = iter(range(1_000))
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"pill-{next(serial)}"
-        return worker_id, fault_worker(*WORKER_ARGS, "--worker-id", worker_id)
-
-    workers = [start() for _ in range(2)]
+    fleet = start_fleet("pill", 2, WORKER_ARGS)
     died: list[str] = []
     began = time.monotonic()
 
     def settled() -> bool:
         # A supervisor's duty, done here: restart whichever worker the pill killed.
-        for slot, (worker_id, worker) in enumerate(workers):
+        for slot, (worker_id, worker) in enumerate(fleet.workers):
             if worker.proc.poll() is not None:
                 assert worker.proc.returncode == -signal.SIGKILL, worker.log()
                 died.append(worker_id)
-                workers[slot] = start()
+                fleet.replace(slot)
         done = Job.objects.filter(status="done").count() == JOBS
         return done and DeadLetter.objects.filter(job_id=pill.pk).exists()
 
@@ -72,4 +65,4 @@ def test_a_poison_pill_is_dead_lettered_after_max_attempts_and_the_rest_is_done(
     report.assert_nothing_lost()
     assert (report.done_once + report.done_more, report.dead) == (JOBS, 0)
     assert set(report.extra_runs) <= {KILL}, report.summary()
-    stop_gracefully(workers)
+    fleet.stop()

@@ -25,10 +25,10 @@ import time
 import pytest
 
 from django_jobqueue.models import Job
-from tests.worker_support import WorkerProcess, wait_until
+from tests.flow_checks import most_in_any_window
+from tests.worker_support import wait_until
 
 from . import ledger, processes, trails
-from .chaos import kill_in_turns, stop_gracefully
 from .checker import CHILD_KILL, KILL, check
 
 QUEUE = "rated"
@@ -49,7 +49,7 @@ WORKER_ENV = {"JOBQUEUE_QUEUES": json.dumps({QUEUE: {"rate_limit": f"{RATE}/s"}}
 
 @pytest.mark.slow
 def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_killed(
-    queue, fault_worker, trail_tables, figures
+    queue, start_fleet, trail_tables, figures
 ):
     processes.needs_proc()
     rng = random.Random(23)
@@ -59,32 +59,20 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     jobs = queue.push_many(
         [("faults.work", {"seconds": rng.uniform(0.2, 0.6), "n": n}, {"queue": QUEUE}) for n in range(JOBS)]
     )
-    serial = iter(range(1_000))
-    started: dict[str, WorkerProcess] = {}
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"rated-{next(serial)}"
-        started[worker_id] = fault_worker(*WORKER_ARGS, "--worker-id", worker_id, env=WORKER_ENV)
-        return worker_id, started[worker_id]
-
-    workers = [start() for _ in range(WORKERS)]
-    for _worker_id, worker in workers:
-        worker.wait_started(60)
+    fleet = start_fleet("rated", WORKERS, WORKER_ARGS, env=WORKER_ENV)
+    fleet.wait_started()
 
     began = time.monotonic()
     # Aimed at one in the middle of a job, in turn a worker and a child, as in the pool's chaos.
-    kills = kill_in_turns(workers, start, KILLS, KILL_EVERY, AIM_WITHIN, rng)
+    fleet.kill_in_turns(KILLS, KILL_EVERY, AIM_WITHIN, rng)
     done_in_chaos = Job.objects.filter(status="done").count()
 
     wait_until(lambda: Job.objects.filter(status="done").count() == JOBS, 180, "every job to be done")
     elapsed = time.monotonic() - began
-    stop_gracefully(workers)
+    fleet.stop()
 
     report = check(
-        [job.pk for job in jobs],
-        kills=kills.workers,
-        child_kills=kills.children,
-        logs={worker_id: worker.log() for worker_id, worker in started.items()},
+        [job.pk for job in jobs], kills=fleet.kills, child_kills=fleet.child_kills, logs=fleet.logs()
     )
     window = round(WINDOW * 1_000_000)
     starts = trails.starts(QUEUE)
@@ -94,7 +82,7 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     figures(
         scenario="rate limit across the process pool under SIGKILLs",
         faults=(
-            f"{len(kills.workers)} worker SIGKILLs and {len(kills.children)} child SIGKILLs in turn, "
+            f"{len(fleet.kills)} worker SIGKILLs and {len(fleet.child_kills)} child SIGKILLs in turn, "
             f"{KILL_EVERY:g} s apart or more, each at one running a job"
         ),
         workers=f"{WORKERS} x {CHILDREN} child processes, visibility timeout 2 s, rate {RATE}/s",
@@ -102,12 +90,12 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
         done_during_chaos=done_in_chaos,
         claims=claims,
         starts_recorded=len(starts),
-        most_claims_in_a_window=trails.most_in_any_window(starts, window),
+        most_claims_in_a_window=most_in_any_window(starts, window),
         claims_per_second=round(len(starts) / ((starts[-1] - starts[0]) / 1_000_000), 2),
         # The children's own starts, on the machine's clock: not what the limit counts. Each follows
         # its claim by a few milliseconds or tens of them, not always the same.
-        most_runs_begun_in_a_window=trails.most_in_any_window(run_starts, window),
-        most_runs_begun_in_90_percent_of_one=trails.most_in_any_window(run_starts, window * 9 // 10),
+        most_runs_begun_in_a_window=most_in_any_window(run_starts, window),
+        most_runs_begun_in_90_percent_of_one=most_in_any_window(run_starts, window * 9 // 10),
         **report.summary(),
     )
     report.assert_nothing_lost()
@@ -119,4 +107,4 @@ def test_a_rate_limit_holds_across_the_process_pool_with_workers_and_children_ki
     assert claims >= len(runs) > JOBS, "every run was a claim of its own, and the kills cost runs"
     # The limit, in every window of its length on the database's clock; and reached, so that it
     # is the limit that held the starts back, not slots with nothing to do.
-    assert trails.most_in_any_window(starts, window) == RATE, report.summary()
+    assert most_in_any_window(starts, window) == RATE, report.summary()

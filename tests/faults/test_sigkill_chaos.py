@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import random
 import re
-import signal
 import time
 
 import pytest
 
 from django_jobqueue.models import DeadLetter, Job
-from tests.worker_support import WorkerProcess, wait_until
+from tests.worker_support import wait_until
 
 from . import ledger, processes
-from .chaos import kill_in_turns, stop_gracefully
 from .checker import CHILD_KILL, KILL, TIMEOUT, check
 
 JOBS = 5_000
 WORKERS = 4
 KILL_EVERY = 2.0
 CHAOS_FOR = 30.0
+KILLS = int(CHAOS_FOR / KILL_EVERY)
 # 8 slots each: 4 workers hold about 50 connections, half of PostgreSQL's default max_connections
 # (100), which the test database's server shares with everything else that runs on it.
 SLOTS = 8
@@ -31,39 +30,23 @@ WORKER_ARGS = ("--concurrency", str(SLOTS), "--visibility-timeout", "3", "--poll
 
 
 @pytest.mark.slow
-def test_sigkill_chaos_loses_nothing_and_every_duplicate_follows_a_kill(queue, fault_worker, figures):
+def test_sigkill_chaos_loses_nothing_and_every_duplicate_follows_a_kill(queue, start_fleet, figures):
     rng = random.Random(5)
     jobs = queue.push_many(
         [("faults.work", {"seconds": rng.uniform(0.05, 0.5), "n": n}, {}) for n in range(JOBS)]
     )
-    serial = iter(range(1_000))
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"chaos-{next(serial)}"
-        return worker_id, fault_worker(*WORKER_ARGS, "--worker-id", worker_id)
-
-    workers = [start() for _ in range(WORKERS)]
+    fleet = start_fleet("chaos", WORKERS, WORKER_ARGS)
     began = time.monotonic()
-    kills: dict[str, float] = {}
-    next_kill = began + KILL_EVERY
-    while next_kill <= began + CHAOS_FOR:
-        time.sleep(max(0.0, next_kill - time.monotonic()))  # the chaos's own pace
-        slot = len(kills) % WORKERS
-        worker_id, worker = workers[slot]
-        worker.send(signal.SIGKILL)
-        kills[worker_id] = time.time()
-        worker.wait()
-        workers[slot] = start()
-        next_kill += KILL_EVERY
+    fleet.kill_in_order(times=KILLS, every=KILL_EVERY)
 
     # A deadline, not a pace: about 50 s here when the machine is quiet, 140 s under a load of 30.
     wait_until(lambda: Job.objects.filter(status="done").count() == JOBS, 300, "every job to be done")
     elapsed = time.monotonic() - began
 
-    report = check([job.pk for job in jobs], kills=kills)
+    report = check([job.pk for job in jobs], kills=fleet.kills)
     figures(
         scenario="SIGKILL chaos",
-        faults=f"{len(kills)} SIGKILLs, one every {KILL_EVERY:g} s for {CHAOS_FOR:g} s",
+        faults=f"{len(fleet.kills)} SIGKILLs, one every {KILL_EVERY:g} s for {CHAOS_FOR:g} s",
         workers=f"{WORKERS} x {SLOTS} slots, visibility timeout 3 s",
         drained_in=round(elapsed, 1),
         **report.summary(),
@@ -73,7 +56,7 @@ def test_sigkill_chaos_loses_nothing_and_every_duplicate_follows_a_kill(queue, f
     assert report.dead == 0
     assert set(report.extra_runs) <= {KILL}, report.summary()
     assert report.extra_runs[KILL] > 0, "the kills hit running jobs"
-    stop_gracefully(workers)
+    fleet.stop()
 
 
 # The process pool's chaos, sized for CI: fewer jobs and slots (a slot is a process here), and
@@ -100,7 +83,7 @@ POOL_ENV = {"JOBQUEUE_BACKOFF_BASE": "0.2"}
 
 
 @pytest.mark.slow
-def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue, fault_worker, figures):
+def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue, start_fleet, figures):
     processes.needs_proc()
     rng = random.Random(15)
     lingering = queue.push_many(
@@ -120,18 +103,11 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
         [("faults.work", {"seconds": rng.uniform(0.05, 0.25), "n": n}, {}) for n in range(POOL_JOBS)]
     )
     hopeless_ids = {job.pk for job in overrun[OVERRUN_ONCE:]}
-    serial = iter(range(1_000))
-    started: dict[str, WorkerProcess] = {}
-
-    def start() -> tuple[str, WorkerProcess]:
-        worker_id = f"pool-chaos-{next(serial)}"
-        started[worker_id] = fault_worker(*POOL_ARGS, "--worker-id", worker_id, env=POOL_ENV)
-        return worker_id, started[worker_id]
+    fleet = start_fleet("pool-chaos", POOL_WORKERS, POOL_ARGS, env=POOL_ENV)
 
     def logged(pattern: str) -> int:
-        return sum(len(re.findall(pattern, worker.log())) for worker in started.values())
+        return sum(len(re.findall(pattern, log)) for log in fleet.logs().values())
 
-    workers = [start() for _ in range(POOL_WORKERS)]
     # The long jobs go first: cancel them once they all run, and let every worker tell its own
     # to stop (the cancel watch's next look, then --cancel-grace for those that do not notice)
     # before the first kill, so that each running attempt logs outcome=cancelled.
@@ -148,9 +124,7 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
     # The chaos's own pace; each kill aimed at a worker, or a child, in the middle of a job, but
     # not at the hopeless jobs: each must reach its last time limit, whose dead letter is checked
     # below (a kill in every one's last attempt had left none to check, on a loaded machine).
-    kills = kill_in_turns(
-        workers, start, POOL_KILLS, KILL_EVERY, AIM_WITHIN, rng, spare=frozenset(hopeless_ids)
-    )
+    fleet.kill_in_turns(POOL_KILLS, KILL_EVERY, AIM_WITHIN, rng, spare=frozenset(hopeless_ids))
 
     def settled() -> bool:
         done = Job.objects.filter(status="done").count()
@@ -160,20 +134,21 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
     # A deadline, not a pace.
     wait_until(settled, 240, "every job to be done, the hopeless ones dead-lettered")
     elapsed = time.monotonic() - began
-    stop_gracefully(workers)
+    fleet.stop()
 
     report = check(
         [job.pk for job in (*lingering, *overrun, *work)],
-        kills=kills.workers,
-        child_kills=kills.children,
+        kills=fleet.kills,
+        child_kills=fleet.child_kills,
         cancels=cancels,
-        logs={worker_id: worker.log() for worker_id, worker in started.items()},
+        logs=fleet.logs(),
     )
     figures(
         scenario="process pool chaos",
         faults=(
-            f"{len(cancels)} running jobs cancelled; then {len(kills.workers)} worker SIGKILLs and "
-            f"{len(kills.children)} child SIGKILLs in turn, {KILL_EVERY:g} s apart, each at one running a job"
+            f"{len(cancels)} running jobs cancelled; then {len(fleet.kills)} worker SIGKILLs and "
+            f"{len(fleet.child_kills)} child SIGKILLs in turn, {KILL_EVERY:g} s apart, "
+            "each at one running a job"
         ),
         workers=f"{POOL_WORKERS} x {POOL_SLOTS} child processes, visibility timeout 3 s, cancel grace 1 s",
         drained_in=round(elapsed, 1),

@@ -132,14 +132,3 @@ def _microseconds(value: datetime | str) -> int:
     if isinstance(value, str):  # SQLite: the text the queue wrote, in UTC
         value = datetime.fromisoformat(value).replace(tzinfo=UTC)
     return (value - _EPOCH) // timedelta(microseconds=1)
-
-
-def most_in_any_window(times: list[int], window: int) -> int:
-    """The most of ``times`` (sorted) within any ``window`` (same unit): a later time ``t`` shares a
-    window with every earlier one after ``t - window``, as the claim counts them."""
-    most, first = 0, 0
-    for last, when in enumerate(times):
-        while when - times[first] >= window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most

@@ -1,0 +1,19 @@
+"""The bench's PostgreSQL databases, made through the ``postgres`` database of their server."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+
+def create_database(url: str, fresh: bool = False) -> None:
+    """Create the PostgreSQL database of ``url`` if it does not exist; ``fresh``: drop it first if it does."""
+    import psycopg
+
+    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if fresh:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
