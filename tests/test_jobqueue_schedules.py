@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from io import StringIO
@@ -21,7 +20,8 @@ from django_jobqueue import job, registry
 from django_jobqueue.models import Job, Schedule
 from django_jobqueue.queue.schedules import ScheduleBook
 from django_jobqueue.schedules import declared_schedules
-from tests.test_jobqueue_command import ROOT, shell_env
+from tests.test_jobqueue_command import shell_env
+from tests.worker_support import run_manage
 
 AMSTERDAM = ZoneInfo("Europe/Amsterdam")
 SCHEDULES = {
@@ -232,14 +232,7 @@ SHELL_SCHEDULES = {"texts": {"job": "send_otp", "every": 60, "payload": {"accoun
 
 
 def shell(*args: str, schedules: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "manage.py", "jobqueue", *args],
-        cwd=ROOT,
-        env={**shell_env(), "JOBQUEUE_SCHEDULES": json.dumps(schedules)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_manage("jobqueue", *args, env={**shell_env(), "JOBQUEUE_SCHEDULES": json.dumps(schedules)})
 
 
 def test_from_a_shell_exit_status_0_1_and_2(queue):
