@@ -76,6 +76,15 @@ class Operating:
         """
         return ops.repair_waiting(self.using)
 
+    def flag_dependencies_now(self) -> None:
+        """Mark now the jobs the caller's transaction named in ``depends_on``, as its commit would.
+
+        For a transaction that never commits (a test's): ``django_jobqueue.testing.run_jobs``
+        calls it before it claims, so that an ack releases the dependents. Nothing to do off
+        PostgreSQL, where the enqueue marks them at once.
+        """
+        ops.flag_dependencies_now(self.using)
+
     # -- pauses ----------------------------------------------------------------
 
     @retried

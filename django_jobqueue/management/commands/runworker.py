@@ -310,6 +310,6 @@ def refuse_an_open_transaction(using: str) -> None:
             f"runworker cannot run inside an open transaction on database {using!r} (such as a "
             "django.test.TestCase's, or pytest-django's db fixture's): its slots use connections of "
             "their own, which do not see the jobs that transaction enqueued, and on SQLite would wait "
-            "on its lock. In a test, use django.test.TransactionTestCase (pytest: "
-            "@pytest.mark.django_db(transaction=True)), whose jobs are committed where a worker sees them."
+            "on its lock. In a test, run the jobs with django_jobqueue.testing.run_jobs(), which runs them "
+            "inside the test's transaction (docs/testing.md)."
         )

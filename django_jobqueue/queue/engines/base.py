@@ -53,6 +53,11 @@ class Engine:
     # The SQLSTATE of a lock not granted within the transaction's lock timeout.
     lock_timeout_code: str = ""
 
+    # Statements that run now the work a transaction deferred to its commit (the dependency
+    # mark's trigger, migration 0012), then defer it again: a test's transaction never
+    # commits, and the testing kit's run_jobs needs what the commit would have done.
+    fire_deferred: tuple[str, ...] = ()
+
     # -- SQL fragments -----------------------------------------------------------
 
     # The database's current time, as the statements write it.

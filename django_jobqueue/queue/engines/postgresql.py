@@ -24,6 +24,10 @@ class PostgreSQLEngine(Engine):
     conflict_codes = frozenset({"40P01", "40001"})
     lock_timeout_code = "55P03"  # lock_not_available
 
+    fire_deferred = (
+        "SET CONSTRAINTS django_jobqueue_flag_dependency IMMEDIATE",
+        "SET CONSTRAINTS django_jobqueue_flag_dependency DEFERRED",
+    )
     now = "now()"
     clock = "clock_timestamp()"
     least = "LEAST"

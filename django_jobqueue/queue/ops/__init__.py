@@ -41,7 +41,7 @@ from .dead_letters import (
     retry_dead_letter,
     retry_dead_letter_batch,
 )
-from .dependencies import insert_waiting_jobs, repair_waiting
+from .dependencies import flag_dependencies_now, insert_waiting_jobs, repair_waiting
 from .enqueue import insert_jobs
 from .history import MAX_HISTORY, MAX_HISTORY_ERROR_CHARS, failure_outcome
 from .operator import JobChange, cancel_jobs, run_jobs_now
@@ -63,6 +63,7 @@ __all__ = [
     "PASS_OVER",
     "WAIT_BRIEFLY",
     "AckWait",
+    "flag_dependencies_now",
     "insert_waiting_jobs",
     "repair_waiting",
     "CANCEL_CHANNEL",

@@ -104,8 +104,13 @@ class Executor:
         watchdog: Watchdog | None = None,
         cancel_grace: float = DEFAULT_CANCEL_GRACE,
         progress: ProgressSink | None = None,
+        *,
+        tends_connections: bool = True,
     ) -> None:
         self.client = client
+        # A slot closes its connections around each job as Django does around a request; the
+        # testing kit runs jobs on the test's own connection, inside its transaction, and must not.
+        self.tends_connections = tends_connections
         self.worker_id = worker_id
         # Acks go through the completer's batches when there is one (runworker), else one by one:
         # see _ack.
@@ -133,7 +138,8 @@ class Executor:
         job stays claimed until the completer writes it, and the line is logged
         then.
         """
-        close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
+        if self.tends_connections:
+            close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
         control = RunControl(job, job.timeout, self.cancel_grace)
         if self.watchdog is not None:
             self.watchdog.watch(control)
