@@ -243,6 +243,16 @@ def test_a_schedule_fires_in_the_test_with_its_payload_and_options(db, settings)
         run_schedule("daily")
 
 
+def test_one_name_alone_is_a_name_and_a_bad_limit_is_refused(db):
+    named = step.enqueue(label="alone")
+    add.enqueue(a=1, b=2)
+
+    assert [j.pk for j in run_jobs(names="kit.step").done] == [named.pk]
+    for limit in (0, -1, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="limit must be a positive int"):
+            run_jobs(limit=limit)
+
+
 # -- django.test.TestCase ----------------------------------------------------------------
 
 

@@ -85,7 +85,7 @@ class _HereAndNow:
 
 def run_jobs(
     queue: str | None = None,
-    names: Iterable[str | JobFunction] | None = None,
+    names: str | JobFunction | Iterable[str | JobFunction] | None = None,
     *,
     scheduled: bool = False,
     raise_errors: bool = True,
@@ -102,6 +102,10 @@ def run_jobs(
     once until the job is done or dead-lettered. More than ``limit`` jobs
     raises ``TooManyJobs``.
     """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    if isinstance(names, (str, JobFunction)):
+        names = [names]  # one name given alone
     wanted = None if names is None else {_job_name(name) for name in names}
     client = QueueClient(using)
     runner = _HereAndNow(client)
