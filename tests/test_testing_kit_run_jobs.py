@@ -90,6 +90,11 @@ def write_user(username: str) -> int:
     return user.pk
 
 
+@job(name="kit.halfway", takes_context=True)
+def halfway(ctx: JobContext) -> None:
+    ctx.progress(1, 2, "half")
+
+
 @job(name="kit.on_commit")
 def on_commit_job() -> None:
     transaction.on_commit(lambda: RAN.append("committed"))
@@ -133,6 +138,18 @@ def test_an_atomic_job_writes_in_a_savepoint_of_the_test(db):
 def test_the_result_is_read_back_as_stored(db):
     queued = pair.enqueue(a=4)
     assert run_jobs().results == {queued.pk: [4, 4]}, "a tuple is stored as a JSON list"
+
+
+def test_progress_and_the_attempt_history_are_written_as_a_worker_writes_them(db):
+    reported = halfway.enqueue()
+    failing = boom.enqueue()
+
+    run_jobs(raise_errors=False)
+
+    reported.refresh_from_db()
+    assert reported.progress == {"current": 1, "total": 2, "message": "half"}
+    dead = DeadLetter.objects.get(job_id=failing.pk)
+    assert [entry["outcome"] for entry in dead.attempt_history] == ["retry", "retry", "dead"]
 
 
 # -- failures ------------------------------------------------------------------------
