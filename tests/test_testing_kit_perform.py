@@ -1,0 +1,142 @@
+"""``perform``: one job function called as a worker calls it, with no row."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import TestCase
+
+from django_jobqueue import JobPayloadError, Retry, UnknownJobError, enqueue
+from django_jobqueue.models import Job
+from django_jobqueue.testing import perform
+from tests import jobs_for_testing_kit
+from tests.jobs_for_testing_kit import atomic_group, coroutine, kinds, pair, send_receipt, when, with_context
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_calls_the_job_and_returns_what_it_returned():
+    assert perform(send_receipt, order_id=7, lines=[1]) == {"order_id": 7, "lines": [1], "copy": False}
+    assert perform("kit.send_receipt", order_id=7, copy=True)["copy"] is True
+    assert not Job.objects.exists(), "nothing is enqueued"
+
+
+def test_the_result_comes_back_as_stored_through_json():
+    assert perform(pair, a=1, b=2) == [1, 2], "a tuple is stored as a JSON list"
+    assert perform("kit.report") is None
+
+
+def test_a_result_json_cannot_carry_raises_what_the_ack_would():
+    with pytest.raises(JobPayloadError, match="result is a datetime, which JSON cannot carry"):
+        perform(when)
+
+
+def test_the_arguments_reach_the_job_through_json():
+    assert perform(kinds, items=(1, 2), number=1.0, flag=True, nothing=None) == {
+        "items": "list",
+        "number": "float",
+        "flag": "bool",
+        "nothing": "NoneType",
+    }
+
+
+def refusal(call: Callable[[], Any]) -> tuple[type[BaseException], str]:
+    with pytest.raises(Exception) as raised:
+        call()
+    return type(raised.value), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param({}, id="missing"),
+        pytest.param({"order_id": 1, "nope": 2}, id="unexpected"),
+        pytest.param({"order_id": datetime(2026, 1, 1, tzinfo=UTC)}, id="a datetime"),
+        pytest.param({"order_id": math.nan}, id="NaN"),
+        pytest.param({"order_id": "a\x00b"}, id="a NUL"),
+        pytest.param({"order_id": 1, "lines": [{1: "a"}]}, id="a key that is not a string"),
+    ],
+)
+def test_it_refuses_what_enqueue_refuses_with_the_same_exception(payload):
+    by_enqueue = refusal(lambda: enqueue("kit.send_receipt", payload))
+    by_perform = refusal(lambda: perform(send_receipt, **payload))
+
+    assert by_perform == by_enqueue
+    assert by_perform[0] is JobPayloadError
+    assert not Job.objects.exists()
+
+
+def test_a_bad_name_is_refused_as_enqueue_refuses_it():
+    assert refusal(lambda: perform("")) == refusal(lambda: enqueue("", {}))
+    assert refusal(lambda: perform("kit.\x00")) == refusal(lambda: enqueue("kit.\x00", {}))
+
+
+def test_a_name_nobody_registered_or_a_plain_function_is_refused():
+    with pytest.raises(UnknownJobError, match="no job registered as 'kit.nobody'"):
+        perform("kit.nobody")
+    with pytest.raises(TypeError, match="perform takes a @job function or a job name, not function"):
+        perform(send_receipt.__wrapped__, order_id=1)
+
+
+def test_a_job_that_takes_a_context_gets_a_real_one_for_its_first_attempt():
+    result = perform(with_context, steps=4)
+
+    assert result == {
+        "attempt": 1,
+        "worker_id": "perform",
+        "cancelled": False,
+        "extended": True,
+        "id": None,
+        "queue": "default",
+        "max_attempts": 3,
+        "timeout": 60.0,
+        "payload": {"steps": 4},
+    }
+    ctx = jobs_for_testing_kit.contexts[-1]
+    assert type(ctx).__name__ == "JobContext"
+    assert ctx.job.progress == {"current": 4, "total": 4, "message": "step 4"}, "the latest report is kept"
+    assert ctx.job.pk is None and not Job.objects.exists()
+
+
+def test_the_context_checks_what_a_worker_checks():
+    perform(with_context, steps=0)
+    ctx = jobs_for_testing_kit.contexts[-1]
+
+    with pytest.raises(ValueError, match="current"):
+        ctx.progress(-1)
+    with pytest.raises(ValueError, match="extension must be more than 0 seconds"):
+        ctx.extend_visibility(0)
+
+
+def test_what_the_job_raises_reaches_the_caller():
+    with pytest.raises(Retry, match="the provider is down"):
+        perform("kit.retrying")
+
+
+def test_an_atomic_job_runs_in_a_transaction_its_failure_rolls_back():
+    assert perform(atomic_group, name="kept") == Group.objects.get(name="kept").pk
+
+    with pytest.raises(ValueError, match="gone failed after its write"):
+        perform(atomic_group, name="gone", fail=True)
+    assert not Group.objects.filter(name="gone").exists()
+
+
+def test_an_async_job_is_not_awaited_as_on_a_worker():
+    # A worker calls the function and gets a coroutine, a value no ack can store: a dead letter.
+    with pytest.raises(JobPayloadError, match="result is a coroutine, which JSON cannot carry"):
+        perform(coroutine, value=1)
+
+
+class InsideATestCase(TestCase):
+    def test_perform_and_its_refusals(self) -> None:
+        self.assertEqual(perform(pair, a=3, b=4), [3, 4])
+        self.assertEqual(perform(with_context, steps=1)["attempt"], 1)
+        with self.assertRaisesMessage(JobPayloadError, "missing argument(s) 'order_id'"):
+            perform(send_receipt)
+        self.assertEqual(perform(atomic_group, name="in a TestCase"), Group.objects.get().pk)
+        self.assertFalse(Job.objects.exists())
