@@ -1,10 +1,16 @@
-"""``perform``: one job function called as a worker calls it, with no row."""
+"""``perform``: one job function called as a worker calls it, with no row; and the ``jobqueue`` fixture."""
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +20,13 @@ from django.test import TestCase
 from django_jobqueue import JobPayloadError, Retry, UnknownJobError, enqueue
 from django_jobqueue.models import Job
 from django_jobqueue.testing import perform
+from django_jobqueue.testing.plugin import jobqueue  # noqa: F401 - the fixture, for the tests below
 from tests import jobs_for_testing_kit
 from tests.jobs_for_testing_kit import atomic_group, coroutine, kinds, pair, send_receipt, when, with_context
 
 pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_it_calls_the_job_and_returns_what_it_returned():
@@ -132,6 +141,15 @@ def test_an_async_job_is_not_awaited_as_on_a_worker():
         perform(coroutine, value=1)
 
 
+def test_the_fixture_has_the_kit_as_methods(jobqueue):  # noqa: F811 - the fixture imported above
+    send_receipt.enqueue(order_id=7)
+
+    jobqueue.assert_enqueued(send_receipt, args={"order_id": 7})
+    jobqueue.assert_not_enqueued("kit.report")
+    assert [job.payload for job in jobqueue.enqueued(send_receipt)] == [{"order_id": 7}]
+    assert jobqueue.perform(pair, a=1, b=2) == [1, 2]
+
+
 class InsideATestCase(TestCase):
     def test_perform_and_its_refusals(self) -> None:
         self.assertEqual(perform(pair, a=3, b=4), [3, 4])
@@ -140,3 +158,113 @@ class InsideATestCase(TestCase):
             perform(send_receipt)
         self.assertEqual(perform(atomic_group, name="in a TestCase"), Group.objects.get().pk)
         self.assertFalse(Job.objects.exists())
+
+
+# -- the pytest plugin, loaded as pytest loads it: in a project of its own -----------------------
+
+
+def test_the_entry_point_names_the_plugin():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {"django_jobqueue": "django_jobqueue.testing.plugin"}
+
+
+def run_pytest(where: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """pytest in ``where``, with only the plugins named in ``args`` (none is loaded from its entry point)."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "PYTEST_", "DATABASE_URL", "SQLITE_TEST_FILE"))
+    }
+    environment.update(PYTHONPATH=f"{where}{os.pathsep}{ROOT}", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=where,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+ANOTHER_PROJECT_SETTINGS = """
+SECRET_KEY = "another project"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_jobqueue"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}}
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+"""
+
+ANOTHER_PROJECTS_TESTS = """
+import pytest
+from django.db import connection
+
+from django_jobqueue import job
+
+
+@job(name="shop.send_receipt", queue="mail")
+def send_receipt(order_id):
+    return (order_id, "sent")
+
+
+def test_the_fixture_in_the_tests_transaction(jobqueue):
+    assert connection.in_atomic_block
+    send_receipt.enqueue(order_id=7)
+    jobqueue.assert_enqueued("shop.send_receipt", args={"order_id": 7}, queue="mail")
+    assert [job.payload for job in jobqueue.enqueued()] == [{"order_id": 7}]
+    assert jobqueue.perform(send_receipt, order_id=7) == [7, "sent"]
+
+
+def test_a_rolled_back_test_left_no_row(jobqueue):
+    jobqueue.assert_not_enqueued()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_fixture_in_a_transactional_test(jobqueue):
+    assert not connection.in_atomic_block
+    send_receipt.enqueue(order_id=8)
+    jobqueue.assert_enqueued(send_receipt, count=1)
+
+
+def test_the_fixture_beside_transactional_db(jobqueue, transactional_db):
+    assert not connection.in_atomic_block
+    jobqueue.assert_not_enqueued()
+"""
+
+
+def test_the_fixture_works_in_another_project(tmp_path):
+    (tmp_path / "another_settings.py").write_text(ANOTHER_PROJECT_SETTINGS)
+    (tmp_path / "test_shop.py").write_text(textwrap.dedent(ANOTHER_PROJECTS_TESTS))
+
+    run = run_pytest(
+        tmp_path,
+        "-p",
+        "pytest_django.plugin",
+        "-p",
+        "django_jobqueue.testing.plugin",
+        "--ds",
+        "another_settings",
+        "test_shop.py",
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 passed" in run.stdout
+
+
+def test_the_plugin_is_harmless_without_django(tmp_path):
+    (tmp_path / "test_plain.py").write_text(
+        textwrap.dedent(
+            """
+            import sys
+
+            def test_nothing_of_django_was_imported():
+                assert "django_jobqueue.testing.plugin" in sys.modules
+                assert not [name for name in sys.modules if name.startswith("django.")]
+                assert "django_jobqueue.models" not in sys.modules
+            """
+        )
+    )
+
+    run = run_pytest(tmp_path, "-p", "django_jobqueue.testing.plugin", "test_plain.py")
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
