@@ -163,19 +163,26 @@ class InsideATestCase(TestCase):
 # -- the pytest plugin, loaded as pytest loads it: in a project of its own -----------------------
 
 
-def test_the_entry_point_names_the_plugin():
+def entry_points() -> dict[str, str]:
+    """The ``pytest11`` entry points that pyproject.toml declares."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["entry-points"]["pytest11"] == {"django_jobqueue": "django_jobqueue.testing.plugin"}
+    return project["entry-points"]["pytest11"]
 
 
-def run_pytest(where: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """pytest in ``where``, with only the plugins named in ``args`` (none is loaded from its entry point)."""
+def test_the_entry_point_names_the_plugin():
+    assert entry_points() == {"django_jobqueue": "django_jobqueue.testing.plugin"}
+
+
+def run_pytest(where: Path, *args: str, autoload: bool = False) -> subprocess.CompletedProcess[str]:
+    """pytest in ``where``: with only the plugins named in ``args``, or also those of entry points."""
     environment = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("DJANGO_", "PYTEST_", "DATABASE_URL", "SQLITE_TEST_FILE"))
     }
-    environment.update(PYTHONPATH=f"{where}{os.pathsep}{ROOT}", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **env)
+    environment["PYTHONPATH"] = f"{where}{os.pathsep}{ROOT}"
+    if not autoload:
+        environment["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
         cwd=where,
@@ -245,6 +252,24 @@ def test_the_fixture_works_in_another_project(tmp_path):
         "another_settings",
         "test_shop.py",
     )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 passed" in run.stdout
+
+
+def test_the_entry_point_loads_the_fixture(tmp_path):
+    # An installed distribution declaring pyproject.toml's entry points, as pip would write it: pytest
+    # loads the plugin with nothing named on its command line. (Named there as well, with "-p
+    # django_jobqueue.testing.plugin", pytest would refuse to register the module twice.)
+    declared = "".join(f"{name} = {target}\n" for name, target in entry_points().items())
+    info = tmp_path / "django_jobqueue_kit-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: django-jobqueue-kit\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(f"[pytest11]\n{declared}")
+    (tmp_path / "another_settings.py").write_text(ANOTHER_PROJECT_SETTINGS)
+    (tmp_path / "test_shop.py").write_text(textwrap.dedent(ANOTHER_PROJECTS_TESTS))
+
+    run = run_pytest(tmp_path, "--ds", "another_settings", "test_shop.py", autoload=True)
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert "4 passed" in run.stdout
