@@ -65,7 +65,7 @@ from .progress import ProgressReport
 from .tracing import traced_run
 
 
-class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by _call
+class PayloadMismatch(Exception):  # noqa: N818 - never raised by a job's own code, only by call_job
     """A job's payload does not fit its function's keyword arguments: no attempt can succeed."""
 
 
@@ -263,12 +263,23 @@ def _call(
     stopped: Callable[[], bool],
     report: ProgressReport | None,
 ) -> Any:
+    return call_job(job, spec, lambda: JobContext(job, worker_id, client, stopped, report))
+
+
+def call_job(job: Job, spec: registry.JobSpec, context: Callable[[], JobContext]) -> Any:
+    """Call ``spec``'s function with ``job``'s payload as keyword arguments; return what it returns.
+
+    A function declared with ``takes_context=True`` gets ``context()`` first.
+    Raise ``PayloadMismatch`` without calling anything if the payload does not
+    fit its signature; what the function raises passes through. The one way a
+    job's function is called: by a worker, and by ``testing.perform``.
+    """
     problem = spec.payload_problem(job.payload)
     if problem is not None:
         raise PayloadMismatch(problem)
     func: Callable[..., Any] = spec.func
     if spec.takes_context:
-        return func(JobContext(job, worker_id, client, stopped, report), **job.payload)
+        return func(context(), **job.payload)
     return func(**job.payload)
 
 
