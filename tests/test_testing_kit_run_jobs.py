@@ -28,31 +28,31 @@ def forget_runs() -> None:
     RAN.clear()
 
 
-@job(name="kit.add")
+@job(name="kit_run.add")
 def add(a: int, b: int) -> int:
     RAN.append(f"add {a}+{b}")
     return a + b
 
 
-@job(name="kit.pair")
+@job(name="kit_run.pair")
 def pair(a: int) -> tuple[int, int]:
     return (a, a)
 
 
-@job(name="kit.count_users")
+@job(name="kit_run.count_users")
 def count_users(username: str) -> int:
     """Reads a row the test wrote and never committed."""
     RAN.append("count_users")
     return User.objects.filter(username=username).count()
 
 
-@job(name="kit.boom", max_attempts=3)
+@job(name="kit_run.boom", max_attempts=3)
 def boom() -> None:
     RAN.append("boom")
     raise ValueError("boom")
 
 
-@job(name="kit.retry_once", takes_context=True)
+@job(name="kit_run.retry_once", takes_context=True)
 def retry_once(ctx: JobContext) -> str:
     RAN.append(f"retry_once attempt {ctx.attempt}")
     if ctx.attempt == 1:
@@ -60,42 +60,42 @@ def retry_once(ctx: JobContext) -> str:
     return "second time"
 
 
-@job(name="kit.chain")
+@job(name="kit_run.chain")
 def chain(left: int) -> None:
     RAN.append(f"chain {left}")
     if left:
         chain.enqueue(left=left - 1)
 
 
-@job(name="kit.forever")
+@job(name="kit_run.forever")
 def forever() -> None:
     forever.enqueue()
 
 
-@job(name="kit.step")
+@job(name="kit_run.step")
 def step(label: str) -> str:
     RAN.append(label)
     return label
 
 
-@job(name="kit.finished")
+@job(name="kit_run.finished")
 def finished(batch_id: int, done: int, failed: int, cancelled: int) -> None:
     RAN.append(f"finished done={done} failed={failed}")
 
 
-@job(name="kit.write_user", atomic=True)
+@job(name="kit_run.write_user", atomic=True)
 def write_user(username: str) -> int:
     RAN.append(f"write_user {username}")
     user = User.objects.create(username=username)
     return user.pk
 
 
-@job(name="kit.halfway", takes_context=True)
+@job(name="kit_run.halfway", takes_context=True)
 def halfway(ctx: JobContext) -> None:
     ctx.progress(1, 2, "half")
 
 
-@job(name="kit.on_commit")
+@job(name="kit_run.on_commit")
 def on_commit_job() -> None:
     transaction.on_commit(lambda: RAN.append("committed"))
 
@@ -182,7 +182,7 @@ def test_without_raise_errors_a_failing_job_is_retried_at_once_then_dead_lettere
 def test_a_job_that_enqueues_itself_for_ever_stops_at_the_limit(db):
     forever.enqueue()
 
-    with pytest.raises(TooManyJobs, match="ran 5 jobs and kit.forever .* still due"):
+    with pytest.raises(TooManyJobs, match="ran 5 jobs and kit_run.forever .* still due"):
         run_jobs(limit=5)
 
 
@@ -222,7 +222,7 @@ def test_jobs_due_later_run_only_when_scheduled(db):
 
 
 def test_a_retry_waits_for_its_backoff_unless_scheduled(db):
-    queued = enqueue("kit.retry_once")
+    queued = enqueue("kit_run.retry_once")
 
     first = run_jobs()
     second = run_jobs(scheduled=True)
@@ -248,7 +248,7 @@ def test_names_and_queue_choose_the_jobs_and_leave_the_others_as_they_were(db):
 def test_a_schedule_fires_in_the_test_with_its_payload_and_options(db, settings):
     settings.JOBQUEUE = {
         "SCHEDULES": {
-            "nightly": {"job": "kit.step", "every": 86400, "payload": {"label": "night"}, "queue": "mail"}
+            "nightly": {"job": "kit_run.step", "every": 86400, "payload": {"label": "night"}, "queue": "mail"}
         }
     }
 
@@ -264,7 +264,7 @@ def test_one_name_alone_is_a_name_and_a_bad_limit_is_refused(db):
     named = step.enqueue(label="alone")
     add.enqueue(a=1, b=2)
 
-    assert [j.pk for j in run_jobs(names="kit.step").done] == [named.pk]
+    assert [j.pk for j in run_jobs(names="kit_run.step").done] == [named.pk]
     for limit in (0, -1, 1.5, True, "10"):
         with pytest.raises(ValueError, match="limit must be a positive int"):
             run_jobs(limit=limit)
