@@ -6,6 +6,7 @@ Every test here runs inside a transaction that is rolled back at its end (the
 
 from __future__ import annotations
 
+import time
 import traceback
 from datetime import timedelta
 from importlib.util import find_spec
@@ -16,6 +17,7 @@ from django.db import connection, transaction
 from django.test import TestCase
 
 from django_jobqueue import JobContext, Retry, batch, enqueue, job
+from django_jobqueue.exceptions import JobTimeout
 from django_jobqueue.models import DeadLetter, Job
 from django_jobqueue.testing.runner import TooManyJobs, run_jobs, run_schedule
 
@@ -93,6 +95,14 @@ def write_user(username: str) -> int:
 @job(name="kit_run.halfway", takes_context=True)
 def halfway(ctx: JobContext) -> None:
     ctx.progress(1, 2, "half")
+
+
+@job(name="kit_run.slow", timeout=0.2, max_attempts=1)
+def slow() -> None:
+    RAN.append("slow")
+    for _ in range(100):
+        time.sleep(0.02)
+    RAN.append("slow finished")
 
 
 @job(name="kit_run.on_commit")
@@ -184,6 +194,14 @@ def test_a_job_that_enqueues_itself_for_ever_stops_at_the_limit(db):
 
     with pytest.raises(TooManyJobs, match="ran 5 jobs and kit_run.forever .* still due"):
         run_jobs(limit=5)
+
+
+def test_time_limits_are_kept_when_asked(db):
+    slow.enqueue()
+    with pytest.raises(JobTimeout, match="timed out after 0.2 s"):
+        run_jobs(time_limits=True)
+    assert RAN == ["slow"], "interrupted in the job's own code"
+    assert DeadLetter.objects.get().error.startswith("JobTimeout")
 
 
 # -- what jobs start -----------------------------------------------------------------

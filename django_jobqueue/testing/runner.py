@@ -12,8 +12,8 @@ due: jobs that jobs enqueue, dependents an ack releases, batch callbacks.
 What differs from a worker, and why:
 
 - one job at a time, in the calling thread: a test reads one order of events;
-- no heartbeat and no time limit: the job runs to its end, as nothing else
-  could claim it meanwhile;
+- no heartbeat: nothing else could claim the job meanwhile; and no time
+  limit unless ``time_limits=True`` asks for the worker's watchdog;
 - a job's own ``transaction.atomic()`` is a savepoint of the test's
   transaction, and ``on_commit`` callbacks wait for the test's commit (none
   under ``TestCase``; use ``captureOnCommitCallbacks``);
@@ -30,17 +30,18 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from ..decorators import JobFunction
-from ..exceptions import Fail, Retry
+from ..exceptions import Fail, JobTimeout, Retry
 from ..models import Job, JobStatus
 from ..queue import QueueClient
 from ..queue.schedules import ScheduleBook
 from ..queue.validation import encode_result
 from ..schedules import declared_schedules
 from ..worker.run.attempt import run_job
-from ..worker.run.control import RunControl
+from ..worker.run.control import RunControl, ThreadTarget
 from ..worker.run.executor import Executor
 from ..worker.run.outcomes import Attempt, Outcome
 from ..worker.run.progress import ProgressReport
+from ..worker.run.watchdog import Attempts, Watchdog
 
 # The claims run_jobs takes are in this name, as a worker's are in its id.
 WORKER_ID = "run_jobs"
@@ -79,7 +80,12 @@ class _HereAndNow:
         self.last: Attempt | None = None
 
     def attempt(self, job: Job, control: RunControl, report: ProgressReport) -> Attempt:
-        self.last = run_job(job, WORKER_ID, self.client, lambda: control.stopping, report=report)
+        # The time limit's interrupt (time_limits=True) lands in the job's own code, as in a slot's thread.
+        target = ThreadTarget()
+        control.attach(target)
+        self.last = run_job(
+            job, WORKER_ID, self.client, lambda: control.stopping, guard=target, report=report
+        )
         return self.last
 
 
@@ -90,6 +96,7 @@ def run_jobs(
     scheduled: bool = False,
     raise_errors: bool = True,
     limit: int = 1000,
+    time_limits: bool = False,
     using: str | None = None,
 ) -> RunReport:
     """Run the due jobs (of ``queue``, of ``names``) until none is due; return what ran.
@@ -100,7 +107,8 @@ def run_jobs(
     own exception here; a ``Retry`` or ``Fail`` the job raised is its answer,
     not an error, and is reported instead. ``False`` retries every failure at
     once until the job is done or dead-lettered. More than ``limit`` jobs
-    raises ``TooManyJobs``.
+    raises ``TooManyJobs``. ``time_limits=True`` keeps each job's ``timeout``
+    as a worker does: ``JobTimeout`` is raised in the job's code at its deadline.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive int, got {limit!r}")
@@ -109,10 +117,13 @@ def run_jobs(
     wanted = None if names is None else {_job_name(name) for name in names}
     client = QueueClient(using)
     runner = _HereAndNow(client)
-    executor = Executor(client, WORKER_ID, tends_connections=False)
+    watchdog = Watchdog(Attempts(), _told_to_stop, _told_to_stop) if time_limits else None
+    executor = Executor(client, WORKER_ID, watchdog=watchdog, tends_connections=False)
     report = RunReport()
     passed_over: list[Job] = []
     untouched = _times_of_others(client, wanted)
+    if watchdog is not None:
+        watchdog.start()
     try:
         while (job := _next_job(client, queue, wanted, scheduled, passed_over)) is not None:
             if report.ran >= limit:
@@ -128,12 +139,18 @@ def run_jobs(
             raised = attempt.raised if attempt is not None else None
             if raise_errors:
                 if _is_error(raised) and outcome in (Outcome.RETRY, Outcome.DEAD):
-                    raise raised
+                    raise _as_told(raised, job)
             elif outcome is Outcome.RETRY:
                 client.retry_jobs_now([job.pk])  # a retry at once, its backoff skipped
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         _give_back(client, passed_over, untouched)
     return report
+
+
+def _told_to_stop(control: RunControl) -> None:
+    """Nothing to do: the job runs in the test's own thread, whose return writes its timeout."""
 
 
 def run_schedule(name: str, *, using: str | None = None, **options: Any) -> RunReport:
@@ -155,6 +172,13 @@ def run_schedule(name: str, *, using: str | None = None, **options: Any) -> RunR
 def _is_error(raised: BaseException | None) -> TypeGuard[BaseException]:
     """Whether a job raised an error: ``Retry`` and ``Fail`` are answers it chose, not errors."""
     return raised is not None and not isinstance(raised, (Retry, Fail))
+
+
+def _as_told(raised: BaseException, job: Job) -> BaseException:
+    """The job's exception; a time limit's, raised into the job bare, with the outcome's words."""
+    if isinstance(raised, JobTimeout) and not raised.args and job.timeout is not None:
+        return JobTimeout(f"timed out after {job.timeout:g} s").with_traceback(raised.__traceback__)
+    return raised
 
 
 def _job_name(name: str | JobFunction) -> str:
