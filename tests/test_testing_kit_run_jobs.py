@@ -333,3 +333,15 @@ def test_tasks_enqueued_through_the_backend_run_and_their_results_show(db):
         "SUCCESSFUL",
         5,
     )
+
+
+@needs_tasks
+def test_a_coroutine_task_is_awaited(db):
+    from tests import tasks_for_workers as tasks
+
+    result = tasks.async_add.enqueue(2, 5)
+
+    run_jobs()
+
+    result.refresh()
+    assert (result.status, result.return_value) == ("SUCCESSFUL", 7)
