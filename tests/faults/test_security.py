@@ -74,6 +74,7 @@ def test_no_module_of_the_package_imports_a_deserializer_of_code():
 DYNAMIC_IMPORTS = {
     "loader.py": "the jobs modules of installed apps and JOBQUEUE['MODULES']: settings, never the database",
     "__init__.py": "the package's lazy public names, from a constant table",
+    "testing/__init__.py": "the testing kit's lazy public names, from a constant table",
     "tasks/rows.py": "Django Tasks only: a row the backend marked; what is found must be a Task",
     "tasks/backend.py": "Django Tasks only: a task's own module path, checked to hold that Task",
 }
