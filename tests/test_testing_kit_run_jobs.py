@@ -283,6 +283,8 @@ def test_one_name_alone_is_a_name_and_a_bad_limit_is_refused(db):
     add.enqueue(a=1, b=2)
 
     assert [j.pk for j in run_jobs(names="kit_run.step").done] == [named.pk]
+    with pytest.raises(TypeError, match="name must be a job's name or its @job function, not int"):
+        run_jobs(names=[123])
     for limit in (0, -1, 1.5, True, "10"):
         with pytest.raises(ValueError, match="limit must be a positive int"):
             run_jobs(limit=limit)

@@ -34,7 +34,7 @@ def enqueued(name: JobName | None = None, queue: str | None = None, *, using: st
     """
     jobs = Job.objects.using(using or jobqueue_settings.DATABASE).filter(status__in=ENQUEUED_STATUSES)
     if name is not None:
-        jobs = jobs.filter(name=_name_of(name))
+        jobs = jobs.filter(name=job_name(name))
     if queue is not None:
         jobs = jobs.filter(queue=queue)
     return list(jobs.order_by("id"))
@@ -103,7 +103,7 @@ class _Wanted:
     """The filters of one assertion, and how far a job is from them."""
 
     def __init__(self, name: JobName | None, queue: str | None, args: Mapping[str, Any] | None) -> None:
-        self.name = None if name is None else _name_of(name)
+        self.name = None if name is None else job_name(name)
         self.queue = queue
         self.args = None if args is None else _as_stored(args)
 
@@ -175,7 +175,8 @@ def _not_counted(wanted: _Wanted, using: str | None) -> str:
     return f"\nNot counted, as not ready or waiting: {found}."
 
 
-def _name_of(name: object) -> str:
+def job_name(name: object) -> str:
+    """A job's name, from the name, its ``@job`` function or ``fn.using(...)``; ``TypeError`` otherwise."""
     if isinstance(name, str):
         return name
     if isinstance(name, JobFunction | BoundJob):

@@ -71,7 +71,12 @@ def perform(fn: JobFunction | str, /, **kwargs: Any) -> Any:
         result = call_job(job, spec, context)
         if inspect.iscoroutine(result):
             result.close()  # never awaited, as on a worker; closed so that Python does not warn of it
-        text = encode_result(result)
+        return as_stored(result)
+
+
+def as_stored(result: Any) -> Any:
+    """``result`` as the ack stores it and its row gives it back, through JSON (or ``JobPayloadError``)."""
+    text = encode_result(result)
     return None if text is None else json.loads(text)
 
 

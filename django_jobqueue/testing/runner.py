@@ -24,7 +24,6 @@ What differs from a worker, and why:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -34,7 +33,6 @@ from ..exceptions import Fail, JobTimeout, Retry
 from ..models import Job, JobStatus
 from ..queue import QueueClient
 from ..queue.schedules import ScheduleBook
-from ..queue.validation import encode_result
 from ..schedules import declared_schedules
 from ..worker.run.attempt import run_job
 from ..worker.run.control import RunControl, ThreadTarget
@@ -42,6 +40,8 @@ from ..worker.run.executor import Executor
 from ..worker.run.outcomes import Attempt, Outcome
 from ..worker.run.progress import ProgressReport
 from ..worker.run.watchdog import Attempts, Watchdog
+from .assertions import job_name
+from .performing import as_stored
 
 # The claims run_jobs takes are in this name, as a worker's are in its id.
 WORKER_ID = "run_jobs"
@@ -114,7 +114,7 @@ def run_jobs(
         raise ValueError(f"limit must be a positive int, got {limit!r}")
     if isinstance(names, (str, JobFunction)):
         names = [names]  # one name given alone
-    wanted = None if names is None else {_job_name(name) for name in names}
+    wanted = None if names is None else {job_name(name) for name in names}
     client = QueueClient(using)
     runner = _HereAndNow(client)
     watchdog = Watchdog(Attempts(), _told_to_stop, _told_to_stop) if time_limits else None
@@ -179,11 +179,6 @@ def _as_told(raised: BaseException, job: Job) -> BaseException:
     if isinstance(raised, JobTimeout) and not raised.args and job.timeout is not None:
         return JobTimeout(f"timed out after {job.timeout:g} s").with_traceback(raised.__traceback__)
     return raised
-
-
-def _job_name(name: str | JobFunction) -> str:
-    """A job's name, from the name or from its ``@job`` function."""
-    return name if isinstance(name, str) else name.name
 
 
 def _next_job(
@@ -259,5 +254,4 @@ def _record(
 
 def _as_stored(attempt: Attempt | None) -> Any:
     """The result the ack wrote, read back as the row would give it (``KEEP_COMPLETED = 0`` kept no row)."""
-    text = encode_result(attempt.verdict.result) if attempt is not None else None
-    return None if text is None else json.loads(text)
+    return as_stored(attempt.verdict.result) if attempt is not None else None
