@@ -33,11 +33,20 @@ TEST_JOBS ?= 1
 # depend on Django's version. DJ6_ALL=1 runs them on Django 6 too.
 DJ6_ALL ?=
 DJ6_MARKERS := $(if $(DJ6_ALL),,-m 'not slow')
-SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite)
-POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres)
+# The newest Python under pyenv: the wheel is also installed and run there.
+PYTHON_NEWEST ?= $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python)))
+# The oldest PostgreSQL Django 5.2 accepts and the newest released, fetched by
+# scripts/pg-binaries; each serves PG_VERSION_TESTS from a private cluster.
+PG_OLDEST ?= 14.23.0-beta.17
+PG_NEWEST ?= 18.4.0-beta.17
+PG_VERSION_TESTS ?= tests/test_queue_*.py tests/test_job_partitions.py tests/test_flow_claims.py \
+	tests/test_dependencies.py tests/test_batches.py tests/test_schedules_due.py tests/test_worker_basic.py \
+	tests/test_round_commit.py tests/test_tasks_backend.py tests/test_admin.py tests/test_stats.py
+SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-versions
+POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres) test-wheel
 
 .PHONY: demo test test-sqlite test-postgres test-dj6-sqlite test-dj6-postgres tests-sqlite tests-postgres
-.PHONY: lint bench clean
+.PHONY: lint bench clean dist test-wheel test-pg-versions
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +75,21 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
+# The wheel and the sdist, in var/dist/, checked: twine's check of their
+# metadata, and scripts/check_dist.py's of what they hold.
+dist: $(BIN)/.installed
+	rm -rf var/dist
+	$(BIN)/python -m build --outdir var/dist .
+	$(BIN)/twine check --strict var/dist/*
+	$(BIN)/python scripts/check_dist.py var/dist
+
+# The oldest and the newest PostgreSQL, each from a private cluster of its own.
+test-pg-versions: $(BIN)/.installed
+	set -e; for version in $(PG_OLDEST) $(PG_NEWEST); do \
+	  PG_BINDIR=$$(scripts/pg-binaries $$version) PG_HOME=$(CURDIR)/var/pg-$$version \
+	    scripts/pg private sh -c 'DATABASE_URL=$$PG_URL $(BIN)/pytest $(PYTEST_ARGS) $(PG_VERSION_TESTS)'; \
+	done
+
 # One suite after the other, each run even if one before it failed.
 run_suites = status=0; for suite in $(1); do $(MAKE) --no-print-directory $$suite || status=1; done; exit $$status
 
@@ -80,7 +104,7 @@ tests-sqlite:
 
 ifeq ($(origin PG_URL),file)
 # No PG_URL given: the same target again, with the PG_URL scripts/pg sets.
-test-postgres test-dj6-postgres bench:
+test-postgres test-dj6-postgres test-wheel bench:
 	$(PG) run $(MAKE) --no-print-directory $@
 
 tests-postgres:
@@ -94,6 +118,13 @@ test-dj6-postgres: $(BIN_DJ6)/.installed
 
 tests-postgres:
 	$(call run_suites,$(POSTGRES_SUITES))
+
+# The wheel, installed as a user would (scripts/wheel_smoke.py): on this
+# Python with Django 5.2, and on the newest Python with the newest Django.
+test-wheel: dist
+	$(BIN)/python scripts/wheel_smoke.py var/dist/*.whl --database-url $(PG_URL)
+	$(if $(PYTHON_NEWEST),$(BIN)/python scripts/wheel_smoke.py var/dist/*.whl --python $(PYTHON_NEWEST) \
+	  --django 'Django>=6.0,<6.2' --database-url $(PG_URL))
 
 bench: $(BIN)/.bench-installed
 	DATABASE_URL=$(PG_URL) $(BIN)/python -m bench

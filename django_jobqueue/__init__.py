@@ -9,6 +9,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+__version__ = "0.1.0"
+
 from .exceptions import (
     DependencyError,
     Fail,

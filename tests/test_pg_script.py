@@ -122,3 +122,18 @@ def test_a_private_cluster_serves_the_command_and_stops_after_it_fails(pg_home: 
     assert urls == [f"postgres://postgres@127.0.0.1:{port}/jobqueue"] * 2
     assert len(clusters) == 1
     assert "stopped the PostgreSQL" in result.stderr
+
+
+def test_private_uses_the_private_cluster_whatever_else_answers(pg_home: str) -> None:
+    if run_script("bindir").returncode != 0:
+        pytest.skip("no PostgreSQL binaries to start a private cluster")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        answering = str(server.getsockname()[1])
+        result = run_script(
+            "private", sys.executable, "-c", CONNECT_THEN_FAIL,
+            PG_URL="postgres://someone@db.example:6543/elsewhere", PG_DEFAULT_PORT=answering, PG_HOME=pg_home,
+        )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    port = Path(pg_home, "port").read_text().strip()
+    assert result.stdout.strip() == f"postgres://postgres@127.0.0.1:{port}/jobqueue"
+    assert "stopped the PostgreSQL" in result.stderr
