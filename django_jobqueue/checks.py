@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,6 +118,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     errors.extend(queues_errors())
     errors.extend(metrics_token_errors())
     errors.extend(synchronous_commit_errors())
+    errors.extend(sqlite_version_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
@@ -167,6 +169,26 @@ def _naming_queue(problem: str, queue: object) -> str:
 
 # A token a person can neither guess nor brute-force over HTTP: secrets.token_urlsafe(32) gives 43.
 MIN_METRICS_TOKEN_LENGTH = 32
+
+
+# The queue's statements read back what they write with RETURNING, which SQLite has from 3.35.
+MIN_SQLITE_VERSION = (3, 35)
+
+
+def sqlite_version_errors(version: tuple[int, ...] = sqlite3.sqlite_version_info) -> list[CheckMessage]:
+    """An error when the queue's database is SQLite and Python's library of it is too old."""
+    database = settings.DATABASES.get(jobqueue_settings.DATABASE, {})
+    if not str(database.get("ENGINE", "")).endswith("sqlite3") or version >= MIN_SQLITE_VERSION:
+        return []
+    found, needed = ".".join(map(str, version)), ".".join(map(str, MIN_SQLITE_VERSION))
+    return [
+        Error(
+            f"The queue's database is SQLite {found}; django-jobqueue needs {needed} or later.",
+            hint="Python's sqlite3 module uses the SQLite library it was built with: "
+            "a newer Python, or PostgreSQL.",
+            id="django_jobqueue.E017",
+        )
+    ]
 
 
 # PostgreSQL's values of synchronous_commit.

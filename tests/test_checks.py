@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test.utils import override_settings
 
-from django_jobqueue.checks import check_jobqueue_settings
+from django_jobqueue.checks import check_jobqueue_settings, sqlite_version_errors
 
 
 def ids(**jobqueue: object) -> list[str]:
@@ -105,3 +105,20 @@ def test_queues_that_is_not_a_dict_is_one_error():
     with override_settings(JOBQUEUE={"QUEUES": ["emails"]}):
         [message] = check_jobqueue_settings()
     assert message.msg == "JOBQUEUE['QUEUES'] must be a dict of queue name -> options."
+
+
+SQLITE_DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+POSTGRES_DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}}
+
+
+@pytest.mark.parametrize(
+    ("databases", "version", "check_ids"),
+    [
+        (SQLITE_DATABASES, (3, 34, 1), ["django_jobqueue.E017"]),
+        (SQLITE_DATABASES, (3, 35, 0), []),
+        (POSTGRES_DATABASES, (3, 34, 1), []),
+    ],
+)
+def test_an_sqlite_without_returning_is_refused(databases, version, check_ids):
+    with override_settings(DATABASES=databases):
+        assert [message.id for message in sqlite_version_errors(version)] == check_ids
