@@ -46,12 +46,12 @@ SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-version
 POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres) test-wheel
 
 .PHONY: demo test test-sqlite test-postgres test-dj6-sqlite test-dj6-postgres tests-sqlite tests-postgres
-.PHONY: lint bench clean dist test-wheel test-pg-versions
+.PHONY: lint docs docs-build bench clean dist test-wheel test-pg-versions
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
 	touch $@
 
 # `make bench` alone needs the `bench` extra (pgqueuer, the peer it measures against).
@@ -69,11 +69,23 @@ $(BIN_DJ6)/.installed: pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/python manage.py jobqueue_demo
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed docs-build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
+
+# The docs site (mkdocs.yml). `make docs` serves it and rebuilds it as the pages
+# change; `make docs-build` builds it into var/site, where --strict makes a broken
+# link or anchor a failure. NO_MKDOCS_2_WARNING: Material's notice of its end of
+# life, printed on every build (docs/decisions.md says what follows from it).
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: $(BIN)/.installed
+	$(MKDOCS) serve --dev-addr 127.0.0.1:8000
+
+docs-build: $(BIN)/.installed
+	$(MKDOCS) build --strict --site-dir var/site
 
 # The wheel and the sdist, in var/dist/, checked: twine's check of their
 # metadata, and scripts/check_dist.py's of what they hold.

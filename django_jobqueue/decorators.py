@@ -23,7 +23,7 @@ from .queue.validation import (
 
 
 class JobFunction:
-    """A function registered with ``@job``. Calling it runs it here and now."""
+    """A function registered with ``@job``, its job's name in ``name``. Calling it runs it here and now."""
 
     def __init__(self, spec: registry.JobSpec) -> None:
         self.spec = spec
@@ -83,6 +83,7 @@ class BoundJob:
         self.database = database
 
     def enqueue(self, **payload: Any) -> Job:
+        """Enqueue one job of this name, with these options and ``payload`` as its keyword arguments."""
         return QueueClient(self.database).push(self.name, payload, **self.options)
 
 

@@ -28,7 +28,10 @@ class WorkerIdInUse(JobQueueError):
 class Retry(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.md fixes it
     """Raised by a job to be run again later; the run counts as an attempt.
 
-    ``delay`` (a ``timedelta`` or seconds) replaces the backoff for this retry.
+    ``delay`` (a ``timedelta`` or seconds) replaces the backoff for this
+    retry; a delay the queue cannot take leaves the backoff in place, and the
+    attempt's error says why. ``reason`` is recorded as the attempt's error
+    (``"Retry: <reason>"``).
     """
 
     def __init__(self, delay: timedelta | float | None = None, reason: str = "") -> None:

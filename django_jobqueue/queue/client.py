@@ -44,9 +44,9 @@ PASS_OVER_FOR = 5.0
 class QueueClient(Operating, WorkerDuties):
     """The queue on database ``using`` (default: the ``JOBQUEUE["DATABASE"]`` setting).
 
-    Producing, claiming and completing are here; the operator's calls are
-    ``Operating``'s (``operating.py``), those of a worker's services
-    ``WorkerDuties``' (``duties.py``).
+    Producing, claiming and completing are here; the operator's calls come
+    from ``Operating`` (``operating.py``), those of a worker's services from
+    ``WorkerDuties`` (``duties.py``).
     """
 
     def __init__(self, using: str | None = None) -> None:

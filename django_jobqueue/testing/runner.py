@@ -55,7 +55,9 @@ class TooManyJobs(AssertionError):
 class RunReport:
     """What one ``run_jobs`` call ran: the jobs by outcome, in the order they ran, and their results.
 
-    Each ``Job`` is read again after its outcome, so its ``status``, ``attempts``
+    ``done``, ``retried``, ``dead`` and ``cancelled`` are lists of ``Job``;
+    ``results`` maps a job's id to its result as stored (through JSON). Each
+    ``Job`` is read again after its outcome, so its ``status``, ``attempts``
     and ``result`` are the row's (a job moved to the dead letters, or deleted
     with ``KEEP_COMPLETED = 0``, is the row as it was claimed).
     """

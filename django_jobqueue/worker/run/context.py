@@ -45,6 +45,7 @@ class JobContext:
 
     @property
     def attempt(self) -> int:
+        """This run's attempt number: 1 on the first, then one more for each attempt counted before it."""
         return self.job.attempts
 
     @property
