@@ -41,7 +41,7 @@ PG_OLDEST ?= 14.23.0-beta.17
 PG_NEWEST ?= 18.4.0-beta.17
 PG_VERSION_TESTS ?= tests/test_queue_*.py tests/test_job_partitions.py tests/test_flow_claims.py \
 	tests/test_dependencies.py tests/test_batches.py tests/test_schedules_due.py tests/test_worker_basic.py \
-	tests/test_round_commit.py tests/test_tasks_backend.py tests/test_admin.py tests/test_stats.py
+	tests/test_round_commit.py
 SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-versions
 POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres) test-wheel
 

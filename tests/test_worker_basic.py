@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+import django_jobqueue
 from django_jobqueue.models import DeadLetter, Job, Worker
 from tests.jobs_for_workers import events
 from tests.worker_support import wait_until
@@ -29,6 +30,8 @@ def test_burst_drains_every_queue_then_exits_zero(queue, start_worker, events_pa
     assert [job.result for job in Job.objects.order_by("id")] == list(range(30))
     log = worker.log()
     assert re.search(r"worker drainer started: queues=\* concurrency=4 database=default \(\w+ .+\)", log)
+    version = re.escape(django_jobqueue.__version__)
+    assert re.search(rf"worker drainer started: .* version={version}$", log, re.MULTILINE)
     for job in jobs:
         assert re.search(rf"job workers\.record id={job.pk} attempt=1/5 duration=\d+\.\d+s outcome=done", log)
     assert "stopped (burst: no job due) after 30 job(s)" in log

@@ -253,7 +253,7 @@ def test_a_child_runs_at_most_max_jobs_per_child(queue, start_worker, events_pat
         r"replacing jobqueue-child-\d \(pid (\d+)\): it ran 2 jobs \(--max-jobs-per-child 2\)", worker.log()
     )
     assert len(replaced) >= 2 and set(map(int, replaced)) <= set(per_pid), worker.log()
-    assert re.search(r"worker \S+ started: .* pool=processes$", worker.log(), re.MULTILINE)
+    assert re.search(r"worker \S+ started: .* pool=processes version=\S+$", worker.log(), re.MULTILINE)
 
 
 def test_a_child_over_max_memory_per_child_is_replaced_after_that_job(queue, start_worker, events_path):

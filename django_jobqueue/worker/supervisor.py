@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from .. import __version__
 from ..collector import keep_out_of_collections
 from ..exceptions import WorkerIdInUse
 from ..models import Job
@@ -237,7 +238,8 @@ class Supervisor:
     def _log_started(self) -> None:
         settings = connections[self.config.using].settings_dict
         logger.info(
-            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s schedules=%s%s%s%s",
+            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s schedules=%s%s%s%s"
+            " version=%s",
             self.config.worker_id,
             ",".join(f"{name}:{weight}" for name, weight in self.config.queues) or "*",
             self.config.slot_range,
@@ -249,6 +251,8 @@ class Supervisor:
             " burst" if self.config.burst else "",
             f" max-jobs={self.config.max_jobs}" if self.config.max_jobs else "",
             f" pool={self.config.pool}" if self.config.pool != "threads" else "",
+            # Which release each worker of a fleet runs, while an upgrade rolls through it.
+            __version__,
         )
 
     # -- claiming --------------------------------------------------------------
