@@ -23,8 +23,8 @@ the database's write lock (``BEGIN IMMEDIATE``) for its whole length.
 
 Figures are scaled to a million jobs (measured at ``--jobs``, multiplied by
 1,000,000 / ``--jobs``). ``--runs 2`` runs each step twice, each on a fresh
-copy, and prints both. A full run at the defaults takes about ten minutes on
-two cores.
+copy, and prints both. On two cores a run at the defaults takes about two
+minutes, and ``--runs 2`` about four (docs/upgrading.md quotes one).
 """
 
 from __future__ import annotations
