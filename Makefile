@@ -135,8 +135,8 @@ tests-postgres:
 # Python with Django 5.2, and on the newest Python with the newest Django.
 test-wheel: dist
 	$(BIN)/python scripts/wheel_smoke.py var/dist/*.whl --database-url $(PG_URL)
-	$(if $(PYTHON_NEWEST),$(BIN)/python scripts/wheel_smoke.py var/dist/*.whl --python $(PYTHON_NEWEST) \
-	  --django 'Django>=6.0,<6.2' --database-url $(PG_URL))
+	if [ -n "$(PYTHON_NEWEST)" ]; then $(BIN)/python scripts/wheel_smoke.py var/dist/*.whl \
+	  --python $(PYTHON_NEWEST) --django 'Django>=6.0,<6.2' --database-url $(PG_URL); fi
 
 bench: $(BIN)/.bench-installed
 	DATABASE_URL=$(PG_URL) $(BIN)/python -m bench
