@@ -215,9 +215,12 @@ def runs_by(runs: list[dict[str, Any]], package: Path, after: float = 0.0) -> in
 
 
 def tails(fleet: Fleet, lines: int = 15) -> str:
-    """The last ``lines`` of each worker's log."""
-    logs = fleet.logs().items()
-    return "\n".join(f"--- {worker_id}:\n" + "\n".join(log.splitlines()[-lines:]) for worker_id, log in logs)
+    """The last ``lines`` of each worker's log, less its one line per job."""
+    said = {
+        worker_id: [line for line in log.splitlines() if " outcome=" not in line][-lines:]
+        for worker_id, log in fleet.logs().items()
+    }
+    return "\n".join(f"--- {worker_id}:\n" + "\n".join(kept) for worker_id, kept in said.items())
 
 
 @pytest.mark.slow
