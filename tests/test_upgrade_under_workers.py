@@ -74,13 +74,15 @@ def require_commit(commit: str) -> None:
     """Fail, saying how to fetch it, unless this repository's history holds ``commit``."""
     if git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
         return
-    shallow = git("rev-parse", "--is-shallow-repository").stdout.strip() == b"true"
+    if git("rev-parse", "--git-dir").returncode != 0:
+        why = f"{ROOT} is not a git clone: run it in one, with the whole history."
+    elif git("rev-parse", "--is-shallow-repository").stdout.strip() == b"true":
+        why = "the clone is shallow: run `git fetch --unshallow` (a CI checkout needs the whole history too)."
+    else:
+        why = "fetch the history of main (`git fetch origin main`)."
     pytest.fail(
         f"the upgrade test needs commit {commit}, the code of the previous migration state "
-        f"(PREVIOUS_MIGRATION_STATE), and this repository's history lacks it"
-        + (": the clone is shallow. " if shallow else ". ")
-        + "Run `git fetch --unshallow` (in CI: check out the whole history, fetch-depth 0), "
-        "or, outside a git clone, run this test from one.",
+        f"(PREVIOUS_MIGRATION_STATE), and this repository's history lacks it: {why}",
         pytrace=False,
     )
 
