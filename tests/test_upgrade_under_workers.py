@@ -10,12 +10,13 @@ run exactly once, each that fails for good must be in the dead letters once,
 and the old workers must have gone on claiming and finishing jobs after the
 migration, on the new schema.
 
-Adding a migration: set ``PREVIOUS_MIGRATION_STATE`` to the commit just before
-the one that adds it (the commit's parent, ``SHA^``), and run this test on
-PostgreSQL and on SQLite. ``test_the_baseline_is_just_before_the_newest_migration``
-fails until the constant is moved, and says how. A migration the old workers
-cannot run under fails the scenario: see docs/development.md, "Writing a
-migration", for the ways to write one that they can.
+Adding a migration: set ``PREVIOUS_MIGRATION_STATE`` to the last commit
+without it (``git rev-parse HEAD`` before you commit it; afterwards the parent
+of the commit that added it), and run this test on PostgreSQL and on SQLite.
+``test_the_baseline_is_just_before_the_newest_migration`` fails until the
+constant is moved, and says how. A migration the old workers cannot run under
+fails the scenario: docs/development.md, "Writing a migration", says how to
+write one that they can.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from tests.faults.chaos import Fleet
 from tests.worker_support import ROOT, WorkerProcess, database_url, first_within, run_manage
 
 # The last commit before migration 0016_worker_concurrency_range. Whoever adds migration 0017 sets
-# this to the commit before the one that adds 0017 (git rev-parse "$(git log -n1 --format=%H --
-# django_jobqueue/migrations/0017_*.py)^"), once that commit exists, and runs this test.
+# this to the last commit without 0017: `git rev-parse HEAD` before committing it, or afterwards
+# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0017_*.py)^".
 PREVIOUS_MIGRATION_STATE = "d4911c7b34c5a856dfaa475862357921ad16b4d8"
 
 MIGRATIONS = "django_jobqueue/migrations"
@@ -113,9 +114,9 @@ def test_the_baseline_is_just_before_the_newest_migration():
     assert old == new[:-1], (
         f"PREVIOUS_MIGRATION_STATE ({PREVIOUS_MIGRATION_STATE[:12]}) has the migrations up to "
         f"{old[-1]}, this checkout up to {new[-1]}: the upgrade test must start from the state just "
-        f"before the newest migration. Once the migration is committed, set PREVIOUS_MIGRATION_STATE "
-        f'in {Path(__file__).name} to git rev-parse "$(git log -n1 --format=%H -- '
-        f'{MIGRATIONS}/{new[-1]}.py)^"'
+        f"before the newest migration. Set PREVIOUS_MIGRATION_STATE in {Path(__file__).name} to the "
+        f"last commit without {new[-1]}: `git rev-parse HEAD` while it is not committed, else "
+        f'git rev-parse "$(git log -n1 --format=%H -- {MIGRATIONS}/{new[-1]}.py)^"'
     )
 
 
