@@ -147,7 +147,7 @@ class Database:
 
     def numbers(self, table: str, *columns: str) -> list[tuple[Any, ...]]:
         """Each row's payload ``n``, with ``columns``."""
-        rows = self.rows(f"SELECT payload{''.join(', ' + c for c in columns)} FROM {table}")
+        rows = self.rows(f"SELECT {', '.join(('payload', *columns))} FROM {table}")
         return [(_json(payload)["n"], *rest) for payload, *rest in rows]
 
     def live_jobs(self) -> int:
@@ -244,7 +244,8 @@ def test_workers_of_the_previous_migration_state_run_on_through_migrate(
         "UPGRADE_LEDGER": str(ledger_path),
         "PYTHONUNBUFFERED": "1",
     }
-    # The tree first: the editable install of this checkout must not be the one imported.
+    # Each tree comes first on its processes' path, before the editable install (whichever checkout
+    # that points at): the package each run names in the ledger checks it.
     old_env = {**env, "PYTHONPATH": os.pathsep.join([str(old_tree), str(UPGRADE_CODE)])}
     new_env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(UPGRADE_CODE)])}
 
