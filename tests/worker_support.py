@@ -34,13 +34,14 @@ def database_url() -> str:
     return f"postgres://{user}{password}@{host}{port}/{quote(settings['NAME'])}"
 
 
-def run_manage(*args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def run_manage(*args: str, env: Mapping[str, str], root: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Run ``manage.py`` with ``args`` in a process of its own, ``env`` its whole environment, to its end.
 
-    Its output is captured as text; it may take a minute at the most.
+    Its output is captured as text; it may take a minute at the most. ``root``
+    is the directory of the ``manage.py`` to run, as for ``WorkerProcess``.
     """
     command = [sys.executable, "manage.py", *args]
-    return subprocess.run(command, cwd=ROOT, env=dict(env), capture_output=True, text=True, timeout=60)
+    return subprocess.run(command, cwd=root, env=dict(env), capture_output=True, text=True, timeout=60)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, message: str = "") -> Any:
@@ -65,15 +66,19 @@ def first_within(predicate: Callable[[], Any], timeout: float) -> Any:
 
 
 class WorkerProcess:
-    """One ``manage.py runworker`` subprocess; its stdout and stderr go to a log file."""
+    """One ``manage.py runworker`` subprocess; its stdout and stderr go to a log file.
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+    ``root`` is the directory of the ``manage.py`` it runs: this checkout's, or
+    another release's code (the upgrade test's old workers).
+    """
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str], root: Path = ROOT) -> None:
         self.args = args
         self.log_path = log_path
         self._log_file = log_path.open("wb")
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "runworker", *args],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
@@ -123,7 +128,8 @@ class WorkerProcess:
 def start_worker(queue: QueueClient, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start ``runworker`` with the given arguments on the test database; killed at teardown.
 
-    ``env`` adds environment variables (for example ``JOBQUEUE_BACKOFF_BASE``).
+    ``env`` adds environment variables (for example ``JOBQUEUE_BACKOFF_BASE``);
+    ``root`` runs another tree's ``manage.py`` (``WorkerProcess``).
     Without ``--concurrency`` among the arguments the worker runs one slot, the
     one-job-at-a-time worker these scenarios are written for; ``defaults=True``
     starts it at runworker's own defaults instead. Every worker is stopped
@@ -137,11 +143,13 @@ def start_worker(queue: QueueClient, tmp_path: Path) -> Iterator[Callable[..., W
         "PYTHONUNBUFFERED": "1",
     }
 
-    def start(*args: str, env: dict[str, str] | None = None, defaults: bool = False) -> WorkerProcess:
+    def start(
+        *args: str, env: dict[str, str] | None = None, defaults: bool = False, root: Path = ROOT
+    ) -> WorkerProcess:
         if not defaults and not any(arg.startswith("--concurrency") for arg in args):
             args = ("--concurrency", "1", *args)
         log_path = tmp_path / f"worker-{len(started)}.log"
-        worker = WorkerProcess(list(args), log_path, {**base_env, **(env or {})})
+        worker = WorkerProcess(list(args), log_path, {**base_env, **(env or {})}, root)
         started.append(worker)
         return worker
 
