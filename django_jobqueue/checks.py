@@ -175,9 +175,11 @@ MIN_METRICS_TOKEN_LENGTH = 32
 MIN_SQLITE_VERSION = (3, 35)
 
 
-def sqlite_version_errors(version: tuple[int, ...] = sqlite3.sqlite_version_info) -> list[CheckMessage]:
+def sqlite_version_errors(
+    version: tuple[int, ...] = sqlite3.sqlite_version_info, databases: Mapping[str, Any] | None = None
+) -> list[CheckMessage]:
     """An error when the queue's database is SQLite and Python's library of it is too old."""
-    database = settings.DATABASES.get(jobqueue_settings.DATABASE, {})
+    database = (settings.DATABASES if databases is None else databases).get(jobqueue_settings.DATABASE, {})
     if not str(database.get("ENGINE", "")).endswith("sqlite3") or version >= MIN_SQLITE_VERSION:
         return []
     found, needed = ".".join(map(str, version)), ".".join(map(str, MIN_SQLITE_VERSION))

@@ -120,5 +120,4 @@ POSTGRES_DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NA
     ],
 )
 def test_an_sqlite_without_returning_is_refused(databases, version, check_ids):
-    with override_settings(DATABASES=databases):
-        assert [message.id for message in sqlite_version_errors(version)] == check_ids
+    assert [message.id for message in sqlite_version_errors(version, databases)] == check_ids
