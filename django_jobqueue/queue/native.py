@@ -17,6 +17,8 @@ psycopg is imported on first use: a project on SQLite alone need not install it.
 from __future__ import annotations
 
 import functools
+import logging
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +29,8 @@ from django.db.backends.utils import CursorWrapper
 
 from ..conf import jobqueue_settings
 from .internals import binary_cursor, driver_connection, driver_cursor, wrap_driver_cursor
+
+logger = logging.getLogger(__name__)
 
 # The psycopg cursor of each Django connection (one per thread), kept for its
 # next statement: a new cursor looks up its dumpers and loaders again, a fair
@@ -105,8 +109,11 @@ def run_in_transaction(using: str, statements: Sequence[tuple[str, Sequence[Any]
                     raw.execute(sql, params)
                 driver.execute("COMMIT")
             return [raw.fetchall() if raw.description is not None else [] for raw in cursors]
-        except BaseException:
+        except BaseException as error:
             _roll_back(driver)
+            explained = pooler_error(error) if jobqueue_settings.PREPARED_STATEMENTS is not False else None
+            if explained is not None:
+                raise explained from error
             raise
 
 
@@ -149,7 +156,8 @@ def _cursor_class() -> type[Any]:
         A pooler in transaction mode that does not track prepared statements
         (PgBouncer before 1.21, or with ``max_prepared_statements = 0``) hands
         each transaction to any server connection, where the statement may not
-        exist: the setting is for such a deployment.
+        exist: the setting is for such a deployment, and the error met there
+        without it names it (``pooler_error``).
         """
 
         def execute(
@@ -157,6 +165,45 @@ def _cursor_class() -> type[Any]:
         ) -> Any:
             if prepare is None:
                 prepare = jobqueue_settings.PREPARED_STATEMENTS is not False
-            return super().execute(query, params, prepare=prepare, **options)
+            try:
+                return super().execute(query, params, prepare=prepare, **options)
+            except psycopg.Error as error:
+                explained = pooler_error(error) if prepare else None
+                if explained is not None:
+                    raise explained from error
+                raise
 
     return PreparingCursor
+
+
+# What a prepared statement meets on a server connection that did not prepare it:
+# "prepared statement "_pg3_0" does not exist", "... already exists" (another
+# client's of the same name), "bind message supplies 3 parameters, but prepared
+# statement "_pg3_0" requires 4" (another client's, of another statement).
+_PREPARED_ELSEWHERE = re.compile(r'prepared statement "_pg3_|bind message supplies')
+POOLER_ADVICE = (
+    "the database answered as a connection pooler in transaction mode does ({error}): "
+    "set JOBQUEUE['PREPARED_STATEMENTS'] = False (docs/settings.md#prepared_statements)"
+)
+_pooler_logged = False
+
+
+def pooler_error(error: BaseException) -> BaseException | None:
+    """The driver's ``error`` told again to name ``PREPARED_STATEMENTS``, if a pooler caused it; else None.
+
+    A pooler in transaction mode that does not track prepared statements
+    (PgBouncer before 1.21) runs each transaction on any server connection,
+    where the statement this connection prepared is missing, or another
+    client's holds its name. The error keeps the driver's class (and its
+    SQLSTATE), so Django turns it into its own as before. The first one is
+    also logged, once per process.
+    """
+    global _pooler_logged
+    text = str(error)
+    if not _PREPARED_ELSEWHERE.search(text) or "PREPARED_STATEMENTS" in text:
+        return None
+    message = POOLER_ADVICE.format(error=text.strip())
+    if not _pooler_logged:
+        _pooler_logged = True
+        logger.error("%s", message)
+    return type(error)(message)
