@@ -9,8 +9,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.db.utils import load_backend
 
-from .conf import DEFAULTS, jobqueue_settings
+from .conf import DEFAULTS, QUEUE_DATABASE, jobqueue_settings
 from .queue.flow import parse_queues
 from .queue.validation import (
     check_max_attempts,
@@ -119,6 +121,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     errors.extend(metrics_token_errors())
     errors.extend(synchronous_commit_errors())
     errors.extend(sqlite_version_errors())
+    errors.extend(listen_database_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
             Error("JOBQUEUE['PREPARED_STATEMENTS'] must be True or False.", id="django_jobqueue.E009")
@@ -191,6 +194,76 @@ def sqlite_version_errors(
             id="django_jobqueue.E017",
         )
     ]
+
+
+LISTEN_HINT = "See docs/settings.md#listen_database."
+
+
+def _vendor(database: Mapping[str, Any]) -> str | None:
+    """The vendor of a ``DATABASES`` entry, read off its backend without connecting; None if it won't load."""
+    try:
+        return str(load_backend(database.get("ENGINE", "")).DatabaseWrapper.vendor)
+    except (ImportError, ImproperlyConfigured):
+        return None
+
+
+def listen_database_errors(databases: Mapping[str, Any] | None = None) -> list[CheckMessage]:
+    """An error when ``LISTEN_DATABASE`` names no alias, or one that cannot hear the queue's NOTIFYs.
+
+    A NOTIFY reaches only the LISTENs of the database it is sent in: on a
+    PostgreSQL queue the LISTEN alias must be PostgreSQL too (an error), and
+    the same database (a warning if its NAME differs: a different host may be
+    the same server reached without a pooler, a different name never is).
+    """
+    databases = settings.DATABASES if databases is None else databases
+    value = jobqueue_settings.LISTEN_DATABASE
+    if value is None or value is QUEUE_DATABASE:
+        return []
+    pairs: list[tuple[str, Any]]
+    if isinstance(value, str):
+        pairs = [(jobqueue_settings.DATABASE, value)]
+    elif isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        pairs = list(value.items())
+    else:
+        return [
+            Error(
+                "JOBQUEUE['LISTEN_DATABASE'] must be an alias of DATABASES, None, or a dict of "
+                f"queue database aliases to such values, not {value!r}.",
+                hint=LISTEN_HINT,
+                id="django_jobqueue.E018",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    name = "JOBQUEUE['LISTEN_DATABASE']" + ("" if isinstance(value, str) else "[{!r}]")
+    for queue_alias, alias in pairs:
+        setting = name.format(queue_alias)
+        problem = None
+        if queue_alias not in databases:
+            problem = f"{setting}: {queue_alias!r} is not a key of DATABASES"
+        elif alias is None:
+            continue
+        elif not isinstance(alias, str) or alias not in databases:
+            problem = f"{setting} is {alias!r}, not a key of DATABASES nor None"
+        if problem is None and _vendor(databases[queue_alias]) == "postgresql":
+            listen, queue = databases[alias], databases[queue_alias]
+            if _vendor(listen) != "postgresql":
+                problem = (
+                    f"{setting} is {alias!r}, which is not PostgreSQL: it cannot hear the NOTIFYs "
+                    f"of the queue's database {queue_alias!r}"
+                )
+            elif listen.get("NAME") != queue.get("NAME"):
+                errors.append(
+                    Warning(
+                        f"{setting} is {alias!r}, which connects to database {listen.get('NAME')!r}, "
+                        f"and the queue's {queue_alias!r} to {queue.get('NAME')!r}: a LISTEN hears only "
+                        "the NOTIFYs of its own database, so the workers would poll.",
+                        hint=LISTEN_HINT,
+                        id="django_jobqueue.W003",
+                    )
+                )
+        if problem is not None:
+            errors.append(Error(f"{problem}.", hint=LISTEN_HINT, id="django_jobqueue.E018"))
+    return errors
 
 
 # PostgreSQL's values of synchronous_commit.

@@ -11,6 +11,16 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+
+class QueueDatabase:
+    """The default of ``LISTEN_DATABASE``: each queue database LISTENs on its own connection."""
+
+    def __repr__(self) -> str:
+        return "<the queue's own database>"
+
+
+QUEUE_DATABASE = QueueDatabase()
+
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "DEFAULT_QUEUE": "default",
@@ -33,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL: synchronous_commit of a worker's rounds (its claims and acks); None = the
     # database's own. Every write of a round is redone if a database crash undoes it.
     "WORKER_SYNCHRONOUS_COMMIT": "off",
+    # PostgreSQL: the alias a worker LISTENs on for wake-ups (a direct connection, when the queue's
+    # goes through a pooler in transaction mode); None = poll only. A dict maps each queue
+    # database's alias to its own; one it leaves out LISTENs on itself.
+    "LISTEN_DATABASE": QUEUE_DATABASE,
     # Periodic jobs: name -> {"job", "cron" | "every", ...} (schedules.py, docs/schedules.md).
     "SCHEDULES": {},
     # Seconds a fire time may be late and still count as on time rather than
@@ -63,6 +77,7 @@ class JobQueueSettings:
     REDACT_PAYLOAD_KEYS: list[str]
     PREPARED_STATEMENTS: bool
     WORKER_SYNCHRONOUS_COMMIT: str | None
+    LISTEN_DATABASE: str | None | dict[str, str | None] | QueueDatabase
     SCHEDULES: dict[str, Any]
     SCHEDULE_GRACE: float
     QUEUES: dict[str, Any]
@@ -82,3 +97,20 @@ class JobQueueSettings:
 
 
 jobqueue_settings = JobQueueSettings()
+
+
+def listen_alias(using: str) -> str | None:
+    """The alias a worker of queue database ``using`` LISTENs on; None: it polls only.
+
+    ``LISTEN_DATABASE`` as a string is the queue database's (``DATABASE``)
+    alone: a worker of another alias (``runworker --database``) LISTENs on its
+    own, unless a dict names one for it. None turns LISTEN off everywhere.
+    """
+    value = jobqueue_settings.LISTEN_DATABASE
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value.get(using, using)
+    if isinstance(value, str) and using == jobqueue_settings.DATABASE:
+        return value
+    return using

@@ -345,6 +345,14 @@ class Worker(models.Model):
     # The ids of running jobs whose claims the last beat could not renew, their rows
     # held by another transaction: tick_timeouts leaves them while this row beats.
     held_claims = models.JSONField(null=True, blank=True)
+    # What wakes it for new jobs (docs/workers.md, "Wake-ups"): "checking" until its LISTEN
+    # hears the NOTIFY it sends itself, then "live", or "deaf" if it never does (it polls);
+    # "off" when it polls only. NULL on the row of a worker of a release before this column,
+    # whose INSERT names no such column: NOT NULL would refuse it (Django keeps a field's
+    # default in its own INSERTs, not in the table).
+    listen = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001
+
+    LISTEN_STATES = ("checking", "live", "deaf", "off")
 
     def __str__(self) -> str:
         return self.worker_id

@@ -83,6 +83,8 @@ class WorkerStats:
     # --concurrency MIN:MAX's bounds, for the admin; None for a fixed number (or an older worker's row).
     min_concurrency: int | None = None
     max_concurrency: int | None = None
+    # Its LISTEN: "live", "deaf" (it polls), "off" (it polls only), "checking"; None for an older worker.
+    listen: str | None = None
 
     @property
     def late(self) -> bool:
@@ -354,6 +356,7 @@ def live_workers(using: str, now: datetime) -> list[WorkerStats]:
             heartbeat_age=max(0.0, (now - worker.last_heartbeat).total_seconds()),
             min_concurrency=worker.min_concurrency,
             max_concurrency=worker.max_concurrency,
+            listen=worker.listen,
         )
         for worker in Worker.objects.using(using).order_by("worker_id")
     ]

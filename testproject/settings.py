@@ -77,6 +77,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": env.str("SQLITE_TEST_FILE", default=str(VAR_DIR / "test.sqlite3"))
     }
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A second connection, used only for a worker's LISTEN when JOBQUEUE_LISTEN_DATABASE=listen:
+    # the queue's own database by default (the tests' direct connection beside a pooled one),
+    # or JOBQUEUE_LISTEN_DATABASE_URL's, which the tests point at another database to make a
+    # LISTEN deaf, as a pooler in transaction mode does.
+    DATABASES["listen"] = env.db("JOBQUEUE_LISTEN_DATABASE_URL", default=env.str("DATABASE_URL"))
+    DATABASES["listen"]["TEST"] = {"MIRROR": "default"}
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -103,6 +111,10 @@ JOBQUEUE = {
     # The worker rounds' synchronous_commit on PostgreSQL (docs/guarantees.md).
     "WORKER_SYNCHRONOUS_COMMIT": env.str("JOBQUEUE_WORKER_SYNCHRONOUS_COMMIT", default="off"),
 }
+
+# The alias of a worker's LISTEN (docs/settings.md): unset, the queue's own; "none", poll only.
+if listen := env.str("JOBQUEUE_LISTEN_DATABASE", default=""):
+    JOBQUEUE["LISTEN_DATABASE"] = None if listen.lower() == "none" else listen
 
 # Django's Tasks framework runs on the queue: django.tasks on Django 6, the
 # django-tasks backport (an app of its own, for its checks) on Django 5.2.

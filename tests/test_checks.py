@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test.utils import override_settings
 
-from django_jobqueue.checks import check_jobqueue_settings, sqlite_version_errors
+from django_jobqueue.checks import check_jobqueue_settings, listen_database_errors, sqlite_version_errors
+from django_jobqueue.conf import QUEUE_DATABASE, listen_alias
 
 
 def ids(**jobqueue: object) -> list[str]:
@@ -121,3 +122,66 @@ POSTGRES_DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NA
 )
 def test_an_sqlite_without_returning_is_refused(databases, version, check_ids):
     assert [message.id for message in sqlite_version_errors(version, databases)] == check_ids
+
+
+LISTEN_DATABASES = {
+    "default": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop"},
+    "direct": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop", "HOST": "db-primary"},
+    "reports": {"ENGINE": "django.db.backends.postgresql", "NAME": "reports"},
+    "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "check_ids"),
+    [
+        (None, []),
+        ("direct", []),
+        ("default", []),
+        ({"default": "direct", "reports": None}, []),
+        ("nowhere", ["django_jobqueue.E018"]),
+        (["direct"], ["django_jobqueue.E018"]),
+        ({"default": 3}, ["django_jobqueue.E018"]),
+        ({"elsewhere": "direct"}, ["django_jobqueue.E018"]),
+        ("lite", ["django_jobqueue.E018"]),
+        ("reports", ["django_jobqueue.W003"]),
+        ({"default": "direct", "reports": "direct"}, ["django_jobqueue.W003"]),
+    ],
+)
+def test_listen_database_must_reach_the_queues_database(value, check_ids):
+    with override_settings(JOBQUEUE={"LISTEN_DATABASE": value}):
+        assert [message.id for message in listen_database_errors(LISTEN_DATABASES)] == check_ids
+
+
+def test_listen_database_on_an_sqlite_queue_needs_only_an_alias():
+    databases = {"default": LISTEN_DATABASES["lite"], "direct": LISTEN_DATABASES["direct"]}
+    with override_settings(JOBQUEUE={"LISTEN_DATABASE": "direct"}):
+        assert listen_database_errors(databases) == []
+    with override_settings(JOBQUEUE={"LISTEN_DATABASE": "nowhere"}):
+        [error] = listen_database_errors(databases)
+    assert error.msg == "JOBQUEUE['LISTEN_DATABASE'] is 'nowhere', not a key of DATABASES nor None."
+
+
+def test_a_listen_database_of_another_database_says_why_it_is_wrong():
+    with override_settings(JOBQUEUE={"LISTEN_DATABASE": {"default": "reports"}}):
+        [warning] = listen_database_errors(LISTEN_DATABASES)
+    assert warning.msg.startswith(
+        "JOBQUEUE['LISTEN_DATABASE']['default'] is 'reports', which connects to database 'reports', "
+        "and the queue's 'default' to 'shop'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (QUEUE_DATABASE, {"default": "default", "reports": "reports"}),
+        (None, {"default": None, "reports": None}),
+        # A string is the queue database's: a worker of another alias LISTENs on its own.
+        ("direct", {"default": "direct", "reports": "reports"}),
+        ({"reports": "reports-direct"}, {"default": "default", "reports": "reports-direct"}),
+        ({"default": None}, {"default": None, "reports": "reports"}),
+    ],
+)
+def test_the_alias_a_worker_listens_on(value, expected):
+    with override_settings(JOBQUEUE={"LISTEN_DATABASE": value}):
+        assert {using: listen_alias(using) for using in expected} == expected

@@ -60,7 +60,19 @@ def test_status_prints_a_table(busy):
     assert rows["reports"] == ["reports", "0", "0", "1", "0", "0", "—", "0", "—", "—"]
     assert rows["total"] == ["total", "1", "1", "1", "0", "1", "12", "min", "1"]
     assert "1 worker(s):" in lines
-    assert any(line.split()[:3] == ["web-1:77", "web-1", "77"] for line in lines)
+    assert lines[lines.index("1 worker(s):") + 1].split()[-1] == "listen"
+    [worker] = [line.split() for line in lines if line.split()[:1] == ["web-1:77"]]
+    assert worker[:3] == ["web-1:77", "web-1", "77"]
+    assert worker[-1] == "unknown", "a row that says nothing of its LISTEN (an older worker's)"
+
+
+@pytest.mark.parametrize("state", ["live", "deaf", "off", "checking"])
+def test_status_shows_whether_each_workers_listen_hears(queue, state):
+    queue.register_worker("web-2:9", hostname="web-2", pid=9, queues=[], concurrency=1, listen="checking")
+    queue.record_listen("web-2:9", state)
+    [line] = [line for line in run("status").splitlines() if "web-2:9" in line]
+    assert line.split()[-1] == state
+    assert json.loads(run("status", "--json"))["workers"][0]["listen"] == state
 
 
 def test_status_json_for_scripts(busy):

@@ -43,10 +43,10 @@ from django_jobqueue.models import DeadLetter, Job
 from tests.faults.chaos import Fleet
 from tests.worker_support import ROOT, WorkerProcess, database_url, first_within, run_manage
 
-# The last commit before migration 0016_worker_concurrency_range. Whoever adds migration 0017 sets
-# this to the last commit without 0017: `git rev-parse HEAD` before committing it, or afterwards
-# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0017_*.py)^".
-PREVIOUS_MIGRATION_STATE = "d4911c7b34c5a856dfaa475862357921ad16b4d8"
+# The last commit before migration 0017_worker_listen. Whoever adds migration 0018 sets
+# this to the last commit without 0018: `git rev-parse HEAD` before committing it, or afterwards
+# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0018_*.py)^".
+PREVIOUS_MIGRATION_STATE = "b0fc6b36b1050b6f26abf75f2122e189a1149aa8"
 
 MIGRATIONS = "django_jobqueue/migrations"
 # What the old tree needs to run manage.py migrate, runworker and the producer.

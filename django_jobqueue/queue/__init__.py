@@ -8,12 +8,20 @@ from .batching import OpenBatch, batch
 from .client import QueueClient
 from .duties import WORKER_STALE_AFTER
 from .engines import engine_for
-from .ops import CANCEL_CHANNEL, NOTIFY_CHANNEL, DeletedDeadLetter, JobChange, RetriedDeadLetter
+from .ops import (
+    CANCEL_CHANNEL,
+    NOTIFY_CHANNEL,
+    PROBE_CHANNEL,
+    DeletedDeadLetter,
+    JobChange,
+    RetriedDeadLetter,
+)
 
 __all__ = [
     "WORKER_STALE_AFTER",
     "CANCEL_CHANNEL",
     "NOTIFY_CHANNEL",
+    "PROBE_CHANNEL",
     "DeletedDeadLetter",
     "JobChange",
     "OpenBatch",

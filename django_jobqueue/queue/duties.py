@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..exceptions import WorkerIdInUse
-from ..models import Job
+from ..models import Job, Worker
 from . import ops
 from .conflicts import retried
 from .progress import check_progress, encode_progress
@@ -107,12 +107,14 @@ class WorkerDuties:
         concurrency: int,
         stale_after: Duration = WORKER_STALE_AFTER,
         concurrency_range: tuple[int, int] | None = None,
+        listen: str | None = None,
     ) -> None:
         """Record a running worker (``queues`` empty = every queue), replacing a stale row of the same id.
 
         ``concurrency`` is the slots it runs now (``resize_worker`` records a
         change); ``concurrency_range`` the ``(MIN, MAX)`` of a worker started
-        with ``--concurrency MIN:MAX``, None for a fixed one. Raise
+        with ``--concurrency MIN:MAX``, None for a fixed one; ``listen`` the
+        state of its LISTEN (``record_listen``). Raise
         ``WorkerIdInUse`` if another worker's row of that id has beaten within
         ``stale_after``.
         """
@@ -121,7 +123,7 @@ class WorkerDuties:
         window = to_seconds(stale_after, "stale_after")
         bounds = None if concurrency_range is None else check_concurrency_range(concurrency_range)
         registered = ops.register_worker(
-            self.using, worker_id, hostname, pid, queues_json, concurrency, window, bounds
+            self.using, worker_id, hostname, pid, queues_json, concurrency, window, bounds, listen
         )
         if not registered:
             holder = ops.live_worker(self.using, worker_id)
@@ -140,6 +142,23 @@ class WorkerDuties:
     def resize_worker(self, worker_id: str, concurrency: int) -> bool:
         """Record that a worker now runs ``concurrency`` slots; False if its row is gone."""
         return ops.resize_worker(self.using, check_worker_id(worker_id), concurrency)
+
+    @retried
+    def record_listen(self, worker_id: str, listen: str) -> bool:
+        """Record a worker's LISTEN state, one of ``Worker.LISTEN_STATES``; False if its row is gone."""
+        if listen not in Worker.LISTEN_STATES:
+            raise ValueError(f"listen must be one of {', '.join(Worker.LISTEN_STATES)}, not {listen!r}")
+        return ops.record_listen(self.using, check_worker_id(worker_id), listen)
+
+    def probe_listen(self, token: str) -> bool:
+        """Send ``token`` to the LISTENs of this database, through this client's connection.
+
+        The NOTIFY goes out when the statement commits (autocommit: at once),
+        on ``PROBE_CHANNEL``, which listeners ignore unless the token is
+        theirs. Return False, sending nothing, where the engine has no
+        LISTEN/NOTIFY (SQLite).
+        """
+        return ops.notify_probe(self.using, token)
 
     @retried
     def unregister_worker(self, worker_id: str) -> bool:

@@ -22,10 +22,17 @@ logger = logging.getLogger(__name__)
 class WorkerRow:
     """One worker's row; ``slots`` tells the slot count to write."""
 
-    def __init__(self, client: QueueClient, config: WorkerConfig, slots: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        client: QueueClient,
+        config: WorkerConfig,
+        slots: Callable[[], int],
+        listen: Callable[[], str] = lambda: "off",
+    ) -> None:
         self.client = client
         self.config = config
         self.slots = slots
+        self.listen = listen  # the state of its LISTEN, as Worker.listen records it
 
     def write(self) -> None:
         """Register the worker; raise ``WorkerIdInUse`` if a live worker holds its id."""
@@ -39,6 +46,7 @@ class WorkerRow:
             stale_after=WORKER_STALE_AFTER,
             # For the admin: "4 (range 2–8)". Fixed for the worker's life; a resize writes the count.
             concurrency_range=None if slot_range.fixed else (slot_range.minimum, slot_range.maximum),
+            listen=self.listen(),
         )
 
     def write_until(self, stopping: threading.Event) -> bool:
@@ -56,6 +64,15 @@ class WorkerRow:
             outage.recovered()
             return True
         return False
+
+    def record_listen(self, state: str) -> None:
+        """Record the state of the worker's LISTEN; a failure is left to the next registration."""
+        try:
+            self.client.record_listen(self.config.worker_id, state)
+        except DATABASE_ERRORS as exc:
+            logger.debug(
+                "worker %s: could not record its LISTEN as %s (%s)", self.config.worker_id, state, exc
+            )
 
     def delete(self) -> None:
         """Unregister; a row left behind is pruned once stale."""

@@ -38,6 +38,7 @@ from django.db import connections
 
 from .. import __version__
 from ..collector import keep_out_of_collections
+from ..conf import listen_alias
 from ..exceptions import WorkerIdInUse
 from ..models import Job
 from ..queue import QueueClient
@@ -96,7 +97,15 @@ class Supervisor:
             self.progress,
         )
         queue_names = [name for name, _weight in config.queues]
-        self.wakeup = Wakeup(config.using, queue_names, config.poll_interval, self.cancel_watch.nudge)
+        self.wakeup = Wakeup(
+            config.using,
+            queue_names,
+            config.poll_interval,
+            self.cancel_watch.nudge,
+            listen_using=listen_alias(config.using),
+            probe=self.client.probe_listen,
+            on_listen=self._listen_changed,
+        )
         self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
         self.heartbeat = Heartbeat(
             self.client, config.worker_id, self.running, config.visibility_timeout, self._register_again
@@ -119,7 +128,7 @@ class Supervisor:
         self.pool: Pool = make_pool(
             PoolParts(config, self.client, self.executor, self.running, self.wakeup.wake, self._signalled)
         )
-        self.row = WorkerRow(self.client, config, lambda: self.pool.count)
+        self.row = WorkerRow(self.client, config, lambda: self.pool.count, lambda: self.wakeup.listen_state)
         self._claimer: threading.Thread | None = None  # the thread of run()
         self.metrics: WorkerMetrics | None = None
         self.observer: Observer | None = None
@@ -166,6 +175,10 @@ class Supervisor:
         self.stop_reason = name
         self._signalled.set()
         self.request_stop(name)
+
+    def _listen_changed(self, state: str) -> None:
+        # Called from the listener's thread, whose connection to the queue it closes after.
+        self.row.record_listen(state)
 
     def _register_again(self) -> None:
         """Register after the row was pruned as stale; stop if another worker took the id meanwhile."""

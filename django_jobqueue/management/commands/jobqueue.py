@@ -32,7 +32,7 @@ from ..arguments import database_alias
 
 # Each subcommand's one-line help (the list in ``jobqueue --help``), then the rest of its description.
 STATUS_HELP = (
-    "Per queue: ready, scheduled, running, dead; live workers.",
+    "Per queue: ready, scheduled, running, dead; live workers, and whether their LISTEN hears.",
     "Also how long the oldest ready job has waited, the jobs done in the last hour, whether the queue "
     "is paused and its JOBQUEUE['QUEUES'] limits. --json prints the same for scripts and health checks.",
 )
@@ -82,7 +82,7 @@ STATUS_COLUMNS = (
     "limits",
 )
 SCHEDULE_COLUMNS = ("schedule", "job", "when", "timezone", "next fire (UTC)", "last fire (UTC)", "paused")
-WORKER_COLUMNS = ("worker", "host", "pid", "queues", "concurrency", "last heartbeat")
+WORKER_COLUMNS = ("worker", "host", "pid", "queues", "concurrency", "last heartbeat", "listen")
 
 
 def positive_id(text: str) -> int:
@@ -282,6 +282,7 @@ class Command(BaseCommand):
                 ", ".join(worker.queues) or "every queue",
                 str(worker.concurrency),
                 f"{stats.format_age(worker.heartbeat_age)} ago" + (" (late)" if worker.late else ""),
+                worker.listen or "unknown",  # a worker of a release that does not record it
             )
             for worker in overview.workers
         ]

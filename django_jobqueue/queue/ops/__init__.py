@@ -47,13 +47,23 @@ from .history import MAX_HISTORY, MAX_HISTORY_ERROR_CHARS, failure_outcome
 from .operator import JobChange, cancel_jobs, run_jobs_now
 from .pauses import pause_queue, paused_queues, resume_queue
 from .rounds import claim, claim_round
-from .tables import CANCEL_CHANNEL, NOTIFY_CHANNEL, ROWS_PER_STATEMENT, Fence, NewJob, batched
+from .tables import (
+    CANCEL_CHANNEL,
+    NOTIFY_CHANNEL,
+    PROBE_CHANNEL,
+    ROWS_PER_STATEMENT,
+    Fence,
+    NewJob,
+    batched,
+    notify_probe,
+)
 from .upkeep import prune, tick_timeouts
 from .workers import (
     Beat,
     beat_worker,
     live_worker,
     prune_workers,
+    record_listen,
     register_worker,
     resize_worker,
     unregister_worker,
@@ -70,6 +80,7 @@ __all__ = [
     "MAX_HISTORY",
     "MAX_HISTORY_ERROR_CHARS",
     "NOTIFY_CHANNEL",
+    "PROBE_CHANNEL",
     "ROWS_PER_STATEMENT",
     "Counts",
     "DeletedDeadLetter",
@@ -98,11 +109,13 @@ __all__ = [
     "finish_batches",
     "insert_jobs",
     "live_worker",
+    "notify_probe",
     "open_batch",
     "pause_queue",
     "paused_queues",
     "prune",
     "prune_workers",
+    "record_listen",
     "record_outcomes",
     "record_progress",
     "register_worker",

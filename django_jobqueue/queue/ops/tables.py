@@ -231,6 +231,13 @@ NOTIFY_QUEUES = "SELECT count(pg_notify(%s, queue)) FROM unnest(%s::text[]) AS q
 # cancelled running jobs' ids as the payload: a worker's cancel watch LISTENs on
 # it and then asks ``ended_claims`` which of its claims ended. Sent on commit.
 CANCEL_CHANNEL = "jobqueue_cancel"
+# The PostgreSQL channel of a worker's LISTEN probe: a NOTIFY it sends itself through the
+# queue's own connection (the producers' path, through a pooler if there is one) and
+# expects its listener to hear. The payload is a token only that worker knows; other
+# workers hear it and pass it over, without a claim round. A channel of its own, so that
+# the workers of a release before it, which treat every payload on NOTIFY_CHANNEL as a
+# queue name, never hear it.
+PROBE_CHANNEL = "jobqueue_probe"
 # PostgreSQL refuses a payload of 8000 bytes or more; the ids are only a nudge,
 # so a long list is cut short rather than split over several notifications.
 MAX_CANCEL_PAYLOAD = 7900
@@ -247,6 +254,15 @@ def notify_queues(using: str, queues: Sequence[str]) -> None:
     if not engine.supports_listen_notify or not queues:
         return
     cursor.execute(NOTIFY_QUEUES, [NOTIFY_CHANNEL, sorted(set(queues))])
+
+
+def notify_probe(using: str, token: str) -> bool:
+    """Send ``token`` on ``PROBE_CHANNEL`` (on commit); False where the engine has no LISTEN/NOTIFY."""
+    cursor, engine = cursor_and_engine(using)
+    if not engine.supports_listen_notify:
+        return False
+    cursor.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, token])
+    return True
 
 
 def notify_cancelled(using: str, job_ids: Sequence[int]) -> None:

@@ -22,6 +22,7 @@ def register_worker(
     concurrency: int,
     stale_after: float,
     concurrency_range: tuple[int, int] | None = None,
+    listen: str | None = None,
 ) -> bool:
     """Insert the row of a starting worker, or take over the row of an earlier one of that id.
 
@@ -34,21 +35,23 @@ def register_worker(
     ``concurrency_range`` is ``--concurrency MIN:MAX``'s bounds, None for a
     fixed number; a row taken over gets this worker's, NULL included. It is
     fixed for the worker's life, so no later write repeats it: a resize
-    writes the slots alone.
+    writes the slots alone. ``listen`` is the state of its LISTEN
+    (``record_listen``), which a row taken over gets too.
     """
     low, high = concurrency_range or (None, None)
     cursor, engine = cursor_and_engine(using)
     cursor.execute(
         f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, min_concurrency, "
-        "max_concurrency, started_at, last_heartbeat) "
-        f"VALUES (%s, %s, %s, %s, %s, %s, %s, {engine.now}, {engine.now}) "
+        "max_concurrency, listen, started_at, last_heartbeat) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {engine.now}, {engine.now}) "
         "ON CONFLICT (worker_id) DO UPDATE SET hostname = excluded.hostname, pid = excluded.pid, "
         "queues = excluded.queues, concurrency = excluded.concurrency, "
         "min_concurrency = excluded.min_concurrency, max_concurrency = excluded.max_concurrency, "
+        "listen = excluded.listen, "
         "started_at = excluded.started_at, last_heartbeat = excluded.last_heartbeat "
         f"WHERE {WORKER}.last_heartbeat < {engine.now_minus('%s')} "
         f"OR ({WORKER}.hostname = excluded.hostname AND {WORKER}.pid = excluded.pid)",
-        [worker_id, hostname, pid, queues_json, concurrency, low, high, stale_after],
+        [worker_id, hostname, pid, queues_json, concurrency, low, high, listen, stale_after],
     )
     return cursor.rowcount == 1
 
@@ -91,6 +94,13 @@ def resize_worker(using: str, worker_id: str, concurrency: int) -> bool:
     """Record a worker's new number of slots; False if its row is gone (pruned as stale)."""
     cursor, _ = cursor_and_engine(using)
     cursor.execute(f"UPDATE {WORKER} SET concurrency = %s WHERE worker_id = %s", [concurrency, worker_id])
+    return cursor.rowcount == 1
+
+
+def record_listen(using: str, worker_id: str, listen: str) -> bool:
+    """Record the state of a worker's LISTEN (``Worker.listen``); False if its row is gone."""
+    cursor, _ = cursor_and_engine(using)
+    cursor.execute(f"UPDATE {WORKER} SET listen = %s WHERE worker_id = %s", [listen, worker_id])
     return cursor.rowcount == 1
 
 
