@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
@@ -13,6 +14,36 @@ from django.test import Client
 from django_jobqueue import QueueClient, registry
 from django_jobqueue.models import Job
 from django_jobqueue.queue.schedules import ScheduleBook
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Behind a pooler (``DATABASE_POOLER_URL``), run the tests through it.
+
+    The test database is created and dropped on the direct address: through
+    PgBouncer, ``DROP DATABASE`` would find the pool's idle server connections
+    still on it. Everything between runs through the pooler, and so do the
+    workers the tests start, whose ``DATABASE_URL`` is made from these settings.
+    """
+    pooler = settings.POOLER_DATABASE
+    if not pooler:
+        yield
+        return
+    address = ("HOST", "PORT", "USER", "PASSWORD")
+    direct = {key: connection.settings_dict[key] for key in address}
+    with django_db_blocker.unblock():
+        connection.close()
+        connection.settings_dict.update({key: pooler[key] for key in address})
+    yield
+    with django_db_blocker.unblock():
+        connection.close()
+        connection.settings_dict.update(direct)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connection.close()
 
 
 @pytest.fixture
