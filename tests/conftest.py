@@ -11,9 +11,14 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 
-from django_jobqueue import QueueClient, registry
+from django_jobqueue import QueueClient, conf, registry
 from django_jobqueue.models import Job
 from django_jobqueue.queue.schedules import ScheduleBook
+
+ADDRESS = ("HOST", "PORT", "USER", "PASSWORD")
+# Behind a pooler, the test database's address without it: where a test's own
+# LISTEN hears (a pooler in transaction mode does not pass notifications on).
+DIRECT_ADDRESS: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="session")
@@ -29,12 +34,18 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     if not pooler:
         yield
         return
-    address = ("HOST", "PORT", "USER", "PASSWORD")
-    direct = {key: connection.settings_dict[key] for key in address}
+    direct = {key: connection.settings_dict[key] for key in ADDRESS}
+    DIRECT_ADDRESS.update(direct)
     with django_db_blocker.unblock():
         connection.close()
-        connection.settings_dict.update({key: pooler[key] for key in address})
+        connection.settings_dict.update({key: pooler[key] for key in ADDRESS})
+    # Many tests override JOBQUEUE as a whole (its QUEUES, its SCHEDULES): in
+    # this process their settings leave out PREPARED_STATEMENTS as a site behind
+    # the pooler would not.
+    conf.DEFAULTS["PREPARED_STATEMENTS"] = False
     yield
+    conf.DEFAULTS["PREPARED_STATEMENTS"] = True
+    DIRECT_ADDRESS.clear()
     with django_db_blocker.unblock():
         connection.close()
         connection.settings_dict.update(direct)
@@ -135,6 +146,8 @@ def listener(postgresql_only: None, transactional_db: None) -> Iterator[Any]:
     from django_jobqueue.queue import NOTIFY_CHANNEL
 
     params = connection.get_connection_params()
+    if DIRECT_ADDRESS:
+        params.update(host=DIRECT_ADDRESS["HOST"], port=DIRECT_ADDRESS["PORT"])
     params.pop("cursor_factory", None)
     params.pop("context", None)
     with psycopg.connect(**params, autocommit=True) as conn:
