@@ -2,7 +2,9 @@
 
 Configured from the environment with django-environ. ``DATABASE_URL`` picks the
 database: a SQLite file by default, or PostgreSQL, for example
-``postgres://postgres@127.0.0.1:5432/jobqueue``.
+``postgres://postgres@127.0.0.1:5432/jobqueue``. ``DATABASE_POOLER_URL`` says
+that the same database is reached through a pooler in transaction mode
+(``scripts/pgbouncer``): the queue then runs as docs/settings.md advises there.
 """
 
 from importlib.util import find_spec
@@ -85,6 +87,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["listen"] = env.db("JOBQUEUE_LISTEN_DATABASE_URL", default=env.str("DATABASE_URL"))
     DATABASES["listen"]["TEST"] = {"MIRROR": "default"}
 
+# Behind a pooler in transaction mode (PgBouncer's pool_mode = transaction) a
+# session's prepared statements and cursors do not outlive its transaction.
+# The test suite creates its database on DATABASE_URL and then runs through
+# the pooler (tests/conftest.py); the processes it starts get the pooled
+# address as DATABASE_URL and DATABASE_POOLER_URL as it was.
+POOLER_DATABASE = env.db("DATABASE_POOLER_URL") if env.str("DATABASE_POOLER_URL", default="") else None
+if POOLER_DATABASE:
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -110,6 +121,7 @@ JOBQUEUE = {
     "QUEUES": env.json("JOBQUEUE_QUEUES", default={}),
     # The worker rounds' synchronous_commit on PostgreSQL (docs/guarantees.md).
     "WORKER_SYNCHRONOUS_COMMIT": env.str("JOBQUEUE_WORKER_SYNCHRONOUS_COMMIT", default="off"),
+    "PREPARED_STATEMENTS": not POOLER_DATABASE,
 }
 
 # The alias of a worker's LISTEN (docs/settings.md): unset, the queue's own; "none", poll only.

@@ -2,17 +2,69 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 
-from django_jobqueue import QueueClient, registry
+from django_jobqueue import QueueClient, conf, registry
 from django_jobqueue.models import Job
 from django_jobqueue.queue.schedules import ScheduleBook
+
+ADDRESS = ("HOST", "PORT", "USER", "PASSWORD")
+# Behind a pooler, the test database's address without it: where a test's own
+# LISTEN hears (a pooler in transaction mode does not pass notifications on).
+DIRECT_ADDRESS: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Behind a pooler (``DATABASE_POOLER_URL``), run the tests through it.
+
+    The test database is created and dropped on the direct address: through
+    PgBouncer, ``DROP DATABASE`` would find the pool's idle server connections
+    still on it. Everything between runs through the pooler, and so do the
+    workers the tests start, whose ``DATABASE_URL`` is made from these settings.
+    """
+    pooler = settings.POOLER_DATABASE
+    if not pooler:
+        yield
+        return
+    direct = {key: connection.settings_dict[key] for key in ADDRESS}
+    DIRECT_ADDRESS.update(direct)
+    # The workers' LISTEN on a direct connection to the test database, as
+    # docs/deployment.md tells a site behind a pooler to set it; a test that
+    # sets these itself (a deaf LISTEN) still wins in its workers' environment.
+    os.environ.setdefault("JOBQUEUE_LISTEN_DATABASE", "listen")
+    from tests.worker_support import database_url
+
+    os.environ.setdefault("JOBQUEUE_LISTEN_DATABASE_URL", database_url())
+    with django_db_blocker.unblock():
+        connection.close()
+        connection.settings_dict.update({key: pooler[key] for key in ADDRESS})
+    # Many tests override JOBQUEUE as a whole (its QUEUES, its SCHEDULES): in
+    # this process their settings leave out PREPARED_STATEMENTS as a site behind
+    # the pooler would not.
+    conf.DEFAULTS["PREPARED_STATEMENTS"] = False
+    yield
+    conf.DEFAULTS["PREPARED_STATEMENTS"] = True
+    DIRECT_ADDRESS.clear()
+    for name in ("JOBQUEUE_LISTEN_DATABASE", "JOBQUEUE_LISTEN_DATABASE_URL"):
+        os.environ.pop(name, None)
+    with django_db_blocker.unblock():
+        connection.close()
+        connection.settings_dict.update(direct)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connection.close()
 
 
 @pytest.fixture
@@ -104,6 +156,8 @@ def listener(postgresql_only: None, transactional_db: None) -> Iterator[Any]:
     from django_jobqueue.queue import NOTIFY_CHANNEL
 
     params = connection.get_connection_params()
+    if DIRECT_ADDRESS:
+        params.update(host=DIRECT_ADDRESS["HOST"], port=DIRECT_ADDRESS["PORT"])
     params.pop("cursor_factory", None)
     params.pop("context", None)
     with psycopg.connect(**params, autocommit=True) as conn:

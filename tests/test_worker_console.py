@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
 
 from django_jobqueue import QueueClient
@@ -47,7 +48,7 @@ STOP = "worker shop-worker stopped (burst: no job due)"
 
 def the_test_database() -> dict[str, object]:
     """The test database's settings, for a site that knows nothing of DATABASE_URL."""
-    keys = ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS")
+    keys = ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS", "DISABLE_SERVER_SIDE_CURSORS")
     return {key: connection.settings_dict[key] for key in keys if key in connection.settings_dict}
 
 
@@ -68,6 +69,11 @@ def new_site(tmp_path: Path) -> Callable[[str], Path]:
             settings.write('\nINSTALLED_APPS += ["django_jobqueue", "shop"]\n')
             settings.write(f"DATABASES = {{'default': {the_test_database()!r}}}\n")
             settings.write(extra_settings)
+            if django_settings.POOLER_DATABASE:
+                # As docs/settings.md tells a site behind a pooler in transaction mode.
+                settings.write(
+                    '\nJOBQUEUE = {**globals().get("JOBQUEUE", {}), "PREPARED_STATEMENTS": False}\n'
+                )
         return site
 
     return make

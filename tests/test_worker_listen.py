@@ -12,6 +12,7 @@ import re
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
@@ -99,10 +100,11 @@ def test_a_deaf_listen_is_said_once_and_the_worker_polls(postgresql_only, queue,
 
 
 def test_a_probe_counts_only_for_the_worker_that_sent_it(postgresql_only, queue, start_worker):
-    first = start_worker("--worker-id", "first", "--poll-interval", "10")
-    first.wait_for_log(HEARD.format("default"))
-    second = start_worker("--worker-id", "second", "--poll-interval", "10")
-    second.wait_for_log(HEARD.format("default"))
+    direct = {"JOBQUEUE_LISTEN_DATABASE": "listen"}  # also behind the pooler of make test-pgbouncer
+    first = start_worker("--worker-id", "first", "--poll-interval", "10", env=direct)
+    first.wait_for_log(HEARD.format("listen"))
+    second = start_worker("--worker-id", "second", "--poll-interval", "10", env=direct)
+    second.wait_for_log(HEARD.format("listen"))
     assert status_listen() == {"first": "live", "second": "live"}
     # The second's probe reached the first's LISTEN too, which did not take it for its own.
     assert first.log().count("heard its probe") == 1
@@ -116,5 +118,19 @@ def test_on_sqlite_a_listen_database_is_harmless(queue, start_worker):
     worker.wait_started()
     assert "wake-up=polling every 0.2s " in worker.log()
     assert row_listen("lite") == "off"
+    job = queue.push("workers.record", {"path": "/dev/null"})
+    wait_until(lambda: Job.objects.get(pk=job.pk).status == "done", 5, "the job done by polling")
+
+
+def test_a_listen_through_a_real_pooler_is_found_deaf(postgresql_only, queue, start_worker):
+    if not settings.POOLER_DATABASE:
+        pytest.skip("behind a pooler only: make test-pgbouncer runs it through PgBouncer")
+    # The queue's own alias goes through PgBouncer in transaction mode.
+    worker = start_worker(
+        "--worker-id", "pooled", "--poll-interval", "0.3", env={"JOBQUEUE_LISTEN_DATABASE": "default"}
+    )
+    line = worker.wait_for_log(r".*LISTEN on alias 'default' heard nothing within .*", timeout=10).group()
+    assert "set JOBQUEUE['LISTEN_DATABASE'] to the alias of a direct connection" in line
+    wait_until(lambda: row_listen("pooled") == "deaf", 5, "the row to say deaf")
     job = queue.push("workers.record", {"path": "/dev/null"})
     wait_until(lambda: Job.objects.get(pk=job.pk).status == "done", 5, "the job done by polling")

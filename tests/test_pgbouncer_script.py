@@ -1,0 +1,116 @@
+"""scripts/pgbouncer: the PgBouncer of ``make test-pgbouncer``, for real.
+
+No database of the suite is involved: each test runs the script as a
+subprocess, in front of the suite's PostgreSQL server (its ``postgres``
+database), with a home of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import environ
+import pytest
+
+from tests.worker_support import ROOT
+
+SCRIPT = str(ROOT / "scripts" / "pgbouncer")
+
+
+def run_script(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "PGBOUNCER"))}
+    return subprocess.run(
+        [SCRIPT, *args], env={**environment, **env}, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture
+def home() -> Iterator[str]:
+    # Not under pytest's tmp_path: as root PgBouncer runs as the postgres user,
+    # who cannot pass through pytest's private temporary directory.
+    path = tempfile.mkdtemp(prefix="jq-test-pgbouncer-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def server_url(home: str) -> str:
+    """The suite's PostgreSQL server, its ``postgres`` database."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        pytest.skip("PostgreSQL only")
+    config = environ.Env.db_url_config(url)
+    server = f"postgres://{config['USER']}@{config['HOST'] or '127.0.0.1'}:{config['PORT'] or 5432}/postgres"
+    if (
+        "PgBouncer not found"
+        in run_script("run", "--or-skip", "true", PG_URL=server, PGBOUNCER_HOME=home).stderr
+    ):
+        pytest.skip("PgBouncer is not installed")
+    return server
+
+
+def test_without_pgbouncer_one_line_says_what_to_install(home: str) -> None:
+    result = run_script(
+        "run", "sh", "-c", "echo ran", PGBOUNCER="/nonexistent/pgbouncer", PGBOUNCER_HOME=home
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        "scripts/pgbouncer: PgBouncer not found: install it (apt-get install pgbouncer) or set PGBOUNCER"
+    ]
+
+
+def test_without_pgbouncer_or_skip_succeeds_without_running_the_command(home: str) -> None:
+    result = run_script(
+        "run",
+        "--or-skip",
+        "sh",
+        "-c",
+        "echo ran; exit 9",
+        PGBOUNCER="/nonexistent/pgbouncer",
+        PGBOUNCER_HOME=home,
+    )
+    assert (result.returncode, result.stdout) == (0, "")
+    assert len(result.stderr.splitlines()) == 1
+
+
+QUERY_THEN_FAIL = """
+import os, psycopg
+pooled, direct = os.environ["PGBOUNCER_URL"], os.environ["PG_URL"]
+with psycopg.connect(pooled, autocommit=True) as conn:
+    print(conn.execute("SELECT current_database() || ' ' || current_setting('port')").fetchone()[0])
+console = psycopg.connect(pooled.rsplit("/", 1)[0] + "/pgbouncer", autocommit=True)
+cursor = psycopg.ClientCursor(console)
+cursor.execute("SHOW CONFIG")
+print(dict((row[0], row[1]) for row in cursor.fetchall())["pool_mode"])
+print(pooled.rsplit(":", 1)[1].split("/")[0])
+raise SystemExit(3)
+"""
+
+
+def test_a_query_goes_through_pgbouncer_in_transaction_mode_and_it_stops_after(
+    server_url: str, home: str
+) -> None:
+    result = run_script("run", sys.executable, "-c", QUERY_THEN_FAIL, PG_URL=server_url, PGBOUNCER_HOME=home)
+
+    assert result.returncode == 3, result.stderr
+    server_port = server_url.rsplit(":", 1)[1].split("/")[0]
+    database_and_port, pool_mode, pooler_port = result.stdout.split("\n")[:3]
+    assert database_and_port == f"postgres {server_port}"
+    assert pool_mode == "transaction"
+    assert pooler_port != server_port
+    assert "PgBouncer in transaction mode on port" in result.stderr
+    log = Path(home, "pgbouncer.log").read_text()
+    assert "login attempt: db=postgres" in log
+    assert not Path(home, "pgbouncer.pid").exists(), "PgBouncer stopped and removed its pid file"
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {pooler_port}), 1)"]
+    )
+    assert probe.returncode != 0, "nothing listens on PgBouncer's port any more"

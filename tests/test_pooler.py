@@ -1,0 +1,89 @@
+"""The suite behind PgBouncer in transaction mode (``make test-pgbouncer``): it and its workers go through it.
+
+These tests run only when ``DATABASE_POOLER_URL`` names the pooler; they
+check that the leg proves what it says: the queue's connections, the test's
+and the workers', reach PostgreSQL through PgBouncer, and none directly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import environ
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from django_jobqueue.models import Job
+from tests.worker_support import wait_until
+
+pytestmark = pytest.mark.skipif(
+    not settings.POOLER_DATABASE, reason="behind a pooler only (make test-pgbouncer)"
+)
+
+
+def connect(config: dict[str, Any], dbname: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        host=config["HOST"],
+        port=config["PORT"],
+        user=config["USER"],
+        password=config["PASSWORD"] or None,
+        dbname=dbname,
+        autocommit=True,
+    )
+
+
+def admin(command: str) -> list[dict[str, Any]]:
+    """The rows of one command of PgBouncer's admin console (``SHOW CLIENTS``), as dicts."""
+    # The console speaks the simple query protocol only, which a client-side cursor uses.
+    with connect(settings.POOLER_DATABASE, "pgbouncer") as conn:
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute(command)
+        names = [column.name for column in cursor.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def clients_on_test_database() -> int:
+    return sum(1 for row in admin("SHOW CLIENTS") if row["database"] == connection.settings_dict["NAME"])
+
+
+def sessions_not_from_pgbouncer() -> list[tuple[int, str]]:
+    """The server's sessions on the test database that are not PgBouncer's server connections."""
+    direct = environ.Env.db_url_config(os.environ["DATABASE_URL"])
+    name = connection.settings_dict["NAME"]
+    pooled_ports = {row["local_port"] for row in admin("SHOW SERVERS")}
+    with connect(direct, name) as conn:
+        rows = conn.execute(
+            "SELECT client_port, application_name FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    # A server connection opened between the two looks: SHOW SERVERS again lists it.
+    pooled_ports |= {row["local_port"] for row in admin("SHOW SERVERS")}
+    return [(port, application) for port, application in rows if port not in pooled_ports]
+
+
+def test_the_tests_connection_goes_through_the_pooler_in_transaction_mode(queue):
+    assert str(connection.settings_dict["PORT"]) == str(settings.POOLER_DATABASE["PORT"])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    assert clients_on_test_database() >= 1
+    pools = [row for row in admin("SHOW POOLS") if row["database"] == connection.settings_dict["NAME"]]
+    assert [row["pool_mode"] for row in pools] == ["transaction"]
+    assert settings.JOBQUEUE["PREPARED_STATEMENTS"] is False
+    assert connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] is True
+
+
+def test_a_worker_reaches_postgresql_through_the_pooler_only(queue, start_worker, events_path):
+    job = queue.push("workers.record", {"path": events_path, "value": 1})
+    before = clients_on_test_database()
+
+    worker = start_worker("--concurrency", "2")
+    worker.wait_started()
+    wait_until(lambda: Job.objects.get(pk=job.pk).status == "done", message="the job done")
+
+    assert clients_on_test_database() > before, "the worker's connections are PgBouncer's clients"
+    assert sessions_not_from_pgbouncer() == []
+    worker.kill()
+    wait_until(lambda: clients_on_test_database() <= before, message="the worker's clients gone")
