@@ -161,9 +161,11 @@ class Listener(Service):
         while not self.stopping and self.state != DEAF:
             try:
                 with psycopg.connect(**self._connection_params()) as conn:
+                    # The new jobs' channel last: pg_stat_activity shows a listening
+                    # worker's connection as "LISTEN django_jobqueue", as it always has.
+                    conn.execute(f"LISTEN {PROBE_CHANNEL}")
                     conn.execute(f"LISTEN {CANCEL_CHANNEL}")
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    conn.execute(f"LISTEN {PROBE_CHANNEL}")
                     if failures:
                         logger.info("listener: listening again after %s failure(s)", failures)
                         self.wakeup.wake()  # for what was enqueued while it was cut off
