@@ -105,7 +105,9 @@ def test_a_probe_counts_only_for_the_worker_that_sent_it(postgresql_only, queue,
     first.wait_for_log(HEARD.format("listen"))
     second = start_worker("--worker-id", "second", "--poll-interval", "10", env=direct)
     second.wait_for_log(HEARD.format("listen"))
-    assert status_listen() == {"first": "live", "second": "live"}
+    # Each logs that it heard its probe, then records it on its row.
+    both_live = {"first": "live", "second": "live"}
+    wait_until(lambda: status_listen() == both_live, 5, "both rows to say live")
     # The second's probe reached the first's LISTEN too, which did not take it for its own.
     assert first.log().count("heard its probe") == 1
 
