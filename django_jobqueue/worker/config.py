@@ -1,4 +1,4 @@
-"""What a worker is told to do: ``runworker``'s options, parsed, and its default id."""
+"""What a worker is told to do: ``runworker``'s options, parsed, its default id, its start line."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import secrets
 import socket
 from dataclasses import dataclass
 
+from django.db import connections
+
+from .. import __version__
 from .pools.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
 from .pools.processes.children import ChildLimits
 from .run.executor import DEFAULT_CANCEL_GRACE
@@ -48,3 +51,22 @@ class WorkerConfig:
     @property
     def slot_range(self) -> SlotRange:
         return SlotRange(self.concurrency, self.max_concurrency or self.concurrency)
+
+    def start_line(self, wake_up: str, schedules: int | None) -> str:
+        """The line a worker logs once started: what it serves, how it wakes, which release it runs.
+
+        ``schedules`` is how many periodic jobs it fires (None: it fires none).
+        The version says, while an upgrade rolls through a fleet, which workers
+        are still the old ones.
+        """
+        database = connections[self.using]
+        queues = ",".join(f"{name}:{weight}" for name, weight in self.queues) or "*"
+        return (
+            f"worker {self.worker_id} started: queues={queues} concurrency={self.slot_range}"
+            f" database={self.using} ({database.vendor} {database.settings_dict.get('NAME')})"
+            f" wake-up={wake_up} schedules={'off' if schedules is None else schedules}"
+            + (" burst" if self.burst else "")
+            + (f" max-jobs={self.max_jobs}" if self.max_jobs else "")
+            + (f" pool={self.pool}" if self.pool != "threads" else "")
+            + f" version={__version__}"
+        )

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from .. import __version__
 from ..collector import keep_out_of_collections
 from ..conf import listen_alias
 from ..exceptions import WorkerIdInUse
@@ -104,7 +103,8 @@ class Supervisor:
             self.cancel_watch.nudge,
             listen_using=listen_alias(config.using),
             probe=self.client.probe_listen,
-            on_listen=self._listen_changed,
+            # From the listener's thread, whose connection to the queue it closes after.
+            on_listen=lambda state: self.row.record_listen(state),
         )
         self.shares = QueueShares(config.queues, config.poll_interval) if config.queues else None
         self.heartbeat = Heartbeat(
@@ -176,10 +176,6 @@ class Supervisor:
         self._signalled.set()
         self.request_stop(name)
 
-    def _listen_changed(self, state: str) -> None:
-        # Called from the listener's thread, whose connection to the queue it closes after.
-        self.row.record_listen(state)
-
     def _register_again(self) -> None:
         """Register after the row was pruned as stale; stop if another worker took the id meanwhile."""
         try:
@@ -249,24 +245,8 @@ class Supervisor:
         self._log_started()
 
     def _log_started(self) -> None:
-        settings = connections[self.config.using].settings_dict
-        logger.info(
-            "worker %s started: queues=%s concurrency=%s database=%s (%s %s) wake-up=%s schedules=%s%s%s%s"
-            " version=%s",
-            self.config.worker_id,
-            ",".join(f"{name}:{weight}" for name, weight in self.config.queues) or "*",
-            self.config.slot_range,
-            self.config.using,
-            connections[self.config.using].vendor,
-            settings.get("NAME"),
-            self.wakeup.method,
-            len(self.scheduler.schedules) if self.scheduler is not None else "off",
-            " burst" if self.config.burst else "",
-            f" max-jobs={self.config.max_jobs}" if self.config.max_jobs else "",
-            f" pool={self.config.pool}" if self.config.pool != "threads" else "",
-            # Which release each worker of a fleet runs, while an upgrade rolls through it.
-            __version__,
-        )
+        schedules = len(self.scheduler.schedules) if self.scheduler is not None else None
+        logger.info("%s", self.config.start_line(self.wakeup.method, schedules))
 
     # -- claiming --------------------------------------------------------------
 
