@@ -51,6 +51,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
                 id="django_jobqueue.E002",
             )
         )
+    errors.extend(_queue_databases_problems())
     try:
         check_queue(jobqueue_settings.DEFAULT_QUEUE)
     except ValueError as exc:
@@ -264,6 +265,19 @@ def listen_database_errors(databases: Mapping[str, Any] | None = None) -> list[C
         if problem is not None:
             errors.append(Error(f"{problem}.", hint=LISTEN_HINT, id="django_jobqueue.E018"))
     return errors
+
+
+def _queue_databases_problems() -> list[CheckMessage]:
+    """``JOBQUEUE["DATABASES"]``: a list of aliases of ``DATABASES``."""
+    value = jobqueue_settings.DATABASES
+    if not isinstance(value, list | tuple) or not all(isinstance(alias, str) for alias in value):
+        problem = f"must be a list of aliases of DATABASES, not {value!r}"
+    else:
+        unknown = [alias for alias in value if alias not in settings.DATABASES]
+        if not unknown:
+            return []
+        problem = f"names {', '.join(map(repr, unknown))}, not a key of DATABASES"
+    return [Error(f"JOBQUEUE['DATABASES'] {problem}.", id="django_jobqueue.E019")]
 
 
 # PostgreSQL's values of synchronous_commit.

@@ -23,6 +23,9 @@ QUEUE_DATABASE = QueueDatabase()
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
+    # Every other database that holds a queue of its own (docs/scaling.md): the admin shows each,
+    # the metrics view labels each, runworker --database serves each, the router migrates each.
+    "DATABASES": [],
     "DEFAULT_QUEUE": "default",
     "VISIBILITY_TIMEOUT": 30.0,
     # Seconds one attempt of a job may run, for jobs whose @job and enqueue give none; None = no limit.
@@ -63,6 +66,7 @@ class JobQueueSettings:
     """The ``JOBQUEUE`` dictionary, with defaults filled in."""
 
     DATABASE: str
+    DATABASES: list[str]
     DEFAULT_QUEUE: str
     VISIBILITY_TIMEOUT: float
     TIMEOUT: float | None
@@ -97,6 +101,15 @@ class JobQueueSettings:
 
 
 jobqueue_settings = JobQueueSettings()
+
+
+def queue_databases() -> list[str]:
+    """Every alias that holds a queue: ``DATABASE`` first, then ``DATABASES`` in their order."""
+    main = jobqueue_settings.DATABASE
+    others = jobqueue_settings.DATABASES
+    if not isinstance(others, list | tuple):
+        return [main]  # the system check says what is wrong with it
+    return [main, *(alias for alias in dict.fromkeys(others) if alias != main)]
 
 
 def listen_alias(using: str) -> str | None:

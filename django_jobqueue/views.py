@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .conf import jobqueue_settings
+from .conf import jobqueue_settings, queue_databases
 from .stats import MetricsSnapshot, metrics_snapshot
 
 logger = logging.getLogger(__name__)
@@ -42,41 +42,50 @@ BEARER = "bearer "
 
 
 class QueueCollector(Collector):
-    """The families of one snapshot: every known queue gets every series, zeros included.
+    """The families of one snapshot per queue database: every known queue gets every series, zeros included.
 
     A series that is missing while a queue is empty would break ``rate()`` and
-    alerts on it; a zero keeps it continuous.
+    alerts on it; a zero keeps it continuous. Every series carries the alias of
+    its database (``database``), so that queues of the same name on two
+    databases stay apart.
     """
 
-    def __init__(self, snapshot: MetricsSnapshot) -> None:
-        self.snapshot = snapshot
+    def __init__(self, snapshots: dict[str, MetricsSnapshot]) -> None:
+        self.snapshots = snapshots
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
             "jobqueue_queue_jobs",
             "Live jobs per queue: ready (due now), scheduled (run_at in the future), running, "
             "waiting (for a dependency).",
-            labels=["queue", "state"],
+            labels=["database", "queue", "state"],
         )
-        dead = GaugeMetricFamily("jobqueue_queue_dead_letters", "Dead letters per queue.", labels=["queue"])
+        dead = GaugeMetricFamily(
+            "jobqueue_queue_dead_letters", "Dead letters per queue.", labels=["database", "queue"]
+        )
         oldest = GaugeMetricFamily(
             "jobqueue_queue_oldest_ready_age_seconds",
             "Seconds the oldest due ready job has waited, by the database's clock; 0 when none is due.",
-            labels=["queue"],
+            labels=["database", "queue"],
         )
-        paused = GaugeMetricFamily("jobqueue_queue_paused", "1 while the queue is paused.", labels=["queue"])
-        for queue in self.snapshot.queues:
-            for state in JOB_STATES:
-                jobs.add_metric([queue.queue, state], getattr(queue, state))
-            dead.add_metric([queue.queue], queue.dead)
-            oldest.add_metric([queue.queue], queue.oldest_ready_age or 0.0)
-            paused.add_metric([queue.queue], 1 if queue.paused else 0)
-        yield from (jobs, dead, oldest, paused)
-        yield GaugeMetricFamily(
+        paused = GaugeMetricFamily(
+            "jobqueue_queue_paused", "1 while the queue is paused.", labels=["database", "queue"]
+        )
+        alive = GaugeMetricFamily(
             "jobqueue_workers_alive",
             "Registered workers whose last heartbeat is under 60 seconds old.",
-            value=self.snapshot.workers_alive,
+            labels=["database"],
         )
+        for database, snapshot in self.snapshots.items():
+            for queue in snapshot.queues:
+                where = [database, queue.queue]
+                for state in JOB_STATES:
+                    jobs.add_metric([*where, state], getattr(queue, state))
+                dead.add_metric(where, queue.dead)
+                oldest.add_metric(where, queue.oldest_ready_age or 0.0)
+                paused.add_metric(where, 1 if queue.paused else 0)
+            alive.add_metric([database], snapshot.workers_alive)
+        yield from (jobs, dead, oldest, paused, alive)
 
 
 @never_cache
@@ -84,20 +93,25 @@ class QueueCollector(Collector):
 def metrics(request: HttpRequest) -> HttpResponse:
     """Answer the queue's figures in Prometheus's text format; 403 without staff or the token.
 
-    503 when the database does not answer: the scrape fails visibly, as
-    Prometheus's ``up`` shows, rather than reporting empty queues.
+    Every queue database is read (``JOBQUEUE["DATABASE"]`` and
+    ``JOBQUEUE["DATABASES"]``). 503 when one does not answer: the scrape fails
+    visibly, as Prometheus's ``up`` shows, rather than reporting empty queues.
     """
     refusal = _refusal(request)
     if refusal is not None:
         return HttpResponse(refusal, status=403, content_type="text/plain; charset=utf-8")
-    try:
-        snapshot = metrics_snapshot(jobqueue_settings.DATABASE)
-    except DatabaseError as exc:
-        logger.warning("queue metrics: the database did not answer: %s", exc)
-        return HttpResponse(
-            "the queue's database did not answer\n", status=503, content_type="text/plain; charset=utf-8"
-        )
-    return HttpResponse(generate_latest(QueueCollector(snapshot)), content_type=CONTENT_TYPE_LATEST)
+    snapshots = {}
+    for database in queue_databases():
+        try:
+            snapshots[database] = metrics_snapshot(database)
+        except DatabaseError as exc:
+            logger.warning("queue metrics: the database %r did not answer: %s", database, exc)
+            return HttpResponse(
+                f"the queue's database {database!r} did not answer\n",
+                status=503,
+                content_type="text/plain; charset=utf-8",
+            )
+    return HttpResponse(generate_latest(QueueCollector(snapshots)), content_type=CONTENT_TYPE_LATEST)
 
 
 def _refusal(request: HttpRequest) -> str | None:

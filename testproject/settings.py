@@ -79,6 +79,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": env.str("SQLITE_TEST_FILE", default=str(VAR_DIR / "test.sqlite3"))
     }
 
+# A second queue database (docs/scaling.md), for the tests of several databases:
+# default's server, a database of its own; its jobs are served by
+# `runworker --database second` once JOBQUEUE_DATABASES=second lists it.
+DATABASES["second"] = {
+    **DATABASES["default"],
+    "NAME": f"{DATABASES['default']['NAME']}_second",
+    "TEST": {"NAME": None},
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    test_file = Path(DATABASES["default"]["TEST"]["NAME"])
+    DATABASES["second"]["NAME"] = str(VAR_DIR / "second.sqlite3")
+    DATABASES["second"]["TEST"] = {
+        "NAME": str(test_file.with_name(f"{test_file.stem}-second{test_file.suffix}"))
+    }
+if second_url := env.str("JOBQUEUE_SECOND_DATABASE_URL", default=""):
+    DATABASES["second"] = {**env.db_url_config(second_url), "TEST": DATABASES["second"]["TEST"]}
+
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A second connection, used only for a worker's LISTEN when JOBQUEUE_LISTEN_DATABASE=listen:
     # the queue's own database by default (the tests' direct connection beside a pooled one),
@@ -122,6 +139,8 @@ JOBQUEUE = {
     # The worker rounds' synchronous_commit on PostgreSQL (docs/guarantees.md).
     "WORKER_SYNCHRONOUS_COMMIT": env.str("JOBQUEUE_WORKER_SYNCHRONOUS_COMMIT", default="off"),
     "PREPARED_STATEMENTS": not POOLER_DATABASE,
+    # Queue databases besides default (docs/scaling.md): the tests of several set "second".
+    "DATABASES": env.list("JOBQUEUE_DATABASES", default=[]),
 }
 
 # The alias of a worker's LISTEN (docs/settings.md): unset, the queue's own; "none", poll only.

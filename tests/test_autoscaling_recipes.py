@@ -41,9 +41,10 @@ def _worker_families() -> dict[str, str]:
 
 _FAMILIES = _worker_families()
 WORKER_HISTOGRAMS = tuple(name for name, kind in _FAMILIES.items() if kind == "histogram")
-# Counters are exposed with their _total suffix.
+# Counters are exposed with their _total suffix, an info with _info.
+SUFFIXES = {"counter": "_total", "info": "_info"}
 WORKER_SERIES = tuple(
-    f"{name}_total" if kind == "counter" else name for name, kind in _FAMILIES.items() if kind != "histogram"
+    name + SUFFIXES.get(kind, "") for name, kind in _FAMILIES.items() if kind != "histogram"
 )
 EXPORTED = {
     *QUEUE_SERIES,

@@ -53,8 +53,8 @@ def parse(body: str) -> Samples:
     }
 
 
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples[(name, frozenset(labels.items()))]
+def value(samples: Samples, name: str, database: str = "default", **labels: str) -> float:
+    return samples[(name, frozenset({"database": database, **labels}.items()))]
 
 
 @pytest.fixture
@@ -265,8 +265,8 @@ def test_a_database_that_does_not_answer_is_a_503_not_empty_queues() -> None:
     assert run.returncode == 0, run.stderr
     status, content_type, body = json.loads(run.stdout.splitlines()[-1])
     assert (status, content_type) == (503, "text/plain; charset=utf-8")
-    assert body == "the queue's database did not answer\n"
-    assert "queue metrics: the database did not answer" in run.stderr
+    assert body == "the queue's database 'default' did not answer\n"
+    assert "queue metrics: the database 'default' did not answer" in run.stderr
 
 
 def closed_port() -> int:
@@ -307,8 +307,14 @@ def test_over_http_a_scraper_sees_a_real_workers_running_job(
         samples = parse(body)
         # The figures are read one statement after another: a sample may read "ready" just
         # before the claim commits and "running" just after it, so wait for both.
-        running_key = ("jobqueue_queue_jobs", frozenset({"queue": "http", "state": "running"}.items()))
-        ready_key = ("jobqueue_queue_jobs", frozenset({"queue": "http", "state": "ready"}.items()))
+        running_key = (
+            "jobqueue_queue_jobs",
+            frozenset({"database": "default", "queue": "http", "state": "running"}.items()),
+        )
+        ready_key = (
+            "jobqueue_queue_jobs",
+            frozenset({"database": "default", "queue": "http", "state": "ready"}.items()),
+        )
         return samples if samples.get(running_key) == 1 and samples.get(ready_key) == 0 else None
 
     samples = wait_until(running, timeout=30, message="the worker's job counted as running")

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from django.db import connection
+from django.db import connections
 
 from django_jobqueue import QueueClient
 
@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB_MODULE = "tests.jobs_for_workers"
 
 
-def database_url() -> str:
-    """A DATABASE_URL for the test database that pytest-django set up."""
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
+def database_url(alias: str = "default") -> str:
+    """A DATABASE_URL for the test database of ``alias`` that pytest-django set up."""
+    settings = connections[alias].settings_dict
+    if connections[alias].vendor == "sqlite":
         return f"sqlite:///{Path(settings['NAME']).resolve()}"
     user = quote(settings.get("USER") or "")
     password = f":{quote(settings['PASSWORD'])}" if settings.get("PASSWORD") else ""

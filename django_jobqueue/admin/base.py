@@ -23,6 +23,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
 from ..queue import QueueClient
+from .databases import database_context, shown_database
 from .display import EMPTY
 
 MAX_ID = 2**63 - 1
@@ -170,8 +171,21 @@ class TitledAdmin(admin.ModelAdmin):
     """
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
+        extra_context = {
+            "title": capfirst(self.opts.verbose_name_plural),
+            **database_context(request, request.path),
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, extra_context)
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        changelist = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist", current_app=self.admin_site.name
+        )
+        context.update(database_context(request, changelist))
+        return super().render_change_form(request, context, *args, **kwargs)
 
 
 class ReadOnlyAdmin(TitledAdmin):
@@ -184,8 +198,8 @@ class ReadOnlyAdmin(TitledAdmin):
         css = {"all": ["django_jobqueue/admin.css"]}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        # The queue's database (JOBQUEUE["DATABASE"]), which need not be "default".
-        return super().get_queryset(request).using(QueueClient().using)
+        # The queue's database (JOBQUEUE["DATABASE"], or another chosen), which need not be "default".
+        return super().get_queryset(request).using(shown_database(request))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -210,8 +224,9 @@ class OperatorAdmin(TitledAdmin):
     # The query-string keys of this list's filters; any other key is dropped with a message.
     filter_params: ClassVar[frozenset[str]] = frozenset()
 
-    def client(self) -> QueueClient:
-        return QueueClient()
+    def client(self, request: HttpRequest) -> QueueClient:
+        """The queue of the database these pages show (see ``databases.py``)."""
+        return QueueClient(shown_database(request))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return OperatorChangeList
@@ -231,8 +246,8 @@ class OperatorAdmin(TitledAdmin):
         )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        # The queue's database (JOBQUEUE["DATABASE"]), which need not be "default".
-        return super().get_queryset(request).using(self.client().using)
+        # The queue's database (JOBQUEUE["DATABASE"], or another chosen), which need not be "default".
+        return super().get_queryset(request).using(shown_database(request))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -13,8 +13,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..models import Batch, DeadLetter, Job, JobStatus
-from ..queue import QueueClient
 from .base import ReadOnlyAdmin
+from .databases import database_of
 from .display import EMPTY, cut_column, date_column, plural, progress_cell, timestamp
 
 # A batch's jobs by status on its page, in the order a job goes through them.
@@ -35,7 +35,7 @@ def rows_of(batch: Batch) -> BatchRows:
     cached = getattr(batch, "_jobqueue_rows", None)
     if isinstance(cached, BatchRows):
         return cached
-    using = QueueClient().using
+    using = database_of(batch)
     by_status = (
         Job.objects.using(using)
         .filter(batch_id=batch.pk)

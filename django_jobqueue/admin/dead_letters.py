@@ -131,10 +131,10 @@ class DeadLetterAdmin(JobFieldsAdmin):
 
     def delete_model(self, request: HttpRequest, obj: DeadLetter) -> None:
         # Django's delete view has already written its LogEntry.
-        self.client().delete_dead_letters([obj.pk])
+        self.client(request).delete_dead_letters([obj.pk])
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
-        self.client().delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
+        self.client(request).delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
 
     # -- actions ---------------------------------------------------------------
 
@@ -155,12 +155,12 @@ class DeadLetterAdmin(JobFieldsAdmin):
                 hidden=carried_selection(request, "delete_letters"),
                 form_action=request.get_full_path(),
             )
-        deleted = self.client().delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
+        deleted = self.client(request).delete_dead_letters(queryset, on_batch=partial(log_deleted, request))
         self.message_user(request, f"Deleted {plural(deleted, 'dead letter')}.", messages.SUCCESS)
         return None
 
     def retry_all(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> int:
-        retried = self.client().retry_dead_letters(queryset, on_batch=partial(log_retried, request))
+        retried = self.client(request).retry_dead_letters(queryset, on_batch=partial(log_retried, request))
         if retried:
             self.message_user(
                 request,
@@ -206,7 +206,7 @@ class DeadLetterAdmin(JobFieldsAdmin):
             log_retried(request, batch)
             retried.extend(batch)
 
-        self.client().retry_dead_letters([letter_id], on_batch=log)
+        self.client(request).retry_dead_letters([letter_id], on_batch=log)
         if not retried:
             self.message_user(
                 request,

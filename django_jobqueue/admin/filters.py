@@ -87,7 +87,7 @@ class ValueFilter(CheckedFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         model: type[Model] = model_admin.model
-        values = distinct_values(model, self.field_name, using=model_admin.client().using)
+        values = distinct_values(model, self.field_name, using=model_admin.client(request).using)
         current = self.value()
         if current and current not in values and self.is_valid(current):
             values.append(current)  # a value with no rows left still shows as chosen
@@ -178,7 +178,7 @@ class BatchFilter(CheckedFilter):
         batch_id = parse_id(value)
         if batch_id is None:
             return [(value, value[:80])]
-        batch = read_batch(batch_id, model_admin.client().using)
+        batch = read_batch(batch_id, model_admin.client(request).using)
         return [(value, f"#{batch_id} {batch.on_finish}" if batch else f"#{batch_id} (no such batch)")]
 
     def check(self, value: str) -> bool:

@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 from ..models import DeadLetter, Job
 from .attempts import timeline
 from .base import OperatorAdmin
+from .databases import database_of
 from .display import EMPTY, concurrency_limit, linked_batch, pretty_payload, seconds, time_limit
 
 
@@ -40,7 +41,7 @@ class JobFieldsAdmin(OperatorAdmin):
 
     @admin.display(description="batch")
     def batch_link(self, row: Job | DeadLetter) -> SafeString | str:
-        return linked_batch(row.batch_id, self.client().using, self.admin_site.name)
+        return linked_batch(row.batch_id, database_of(row), self.admin_site.name)
 
     @admin.display(description="visibility timeout")
     def claim_timeout(self, row: Job | DeadLetter) -> str:

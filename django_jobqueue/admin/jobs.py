@@ -229,7 +229,7 @@ class JobAdmin(JobFieldsAdmin):
     @admin.action(description="Retry selected jobs now", permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         changed, chosen = self.run_in_batches(
-            request, queryset, self.client().retry_jobs_now, JobStatus.READY, "Retried now."
+            request, queryset, self.client(request).retry_jobs_now, JobStatus.READY, "Retried now."
         )
         self.report(
             request,
@@ -247,7 +247,7 @@ class JobAdmin(JobFieldsAdmin):
             if running.exists():
                 return self.confirm_cancel(request, running, queryset, form_action=request.get_full_path())
         changed, chosen = self.run_in_batches(
-            request, queryset, self.client().cancel_jobs, JobStatus.CANCELLED, "Cancelled."
+            request, queryset, self.client(request).cancel_jobs, JobStatus.CANCELLED, "Cancelled."
         )
         self.report(request, changed, chosen, "Cancelled {}.", "they had already finished")
         return None
@@ -314,7 +314,9 @@ class JobAdmin(JobFieldsAdmin):
         ]
 
     def retry_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self.one_job(request, object_id, self.client().retry_jobs_now, JobStatus.READY, "Retried now.")
+        return self.one_job(
+            request, object_id, self.client(request).retry_jobs_now, JobStatus.READY, "Retried now."
+        )
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Cancel a ready job at once; ask first about a running one (GET asks too)."""
@@ -322,7 +324,9 @@ class JobAdmin(JobFieldsAdmin):
             asked = self.ask_before_cancelling(request, object_id)
             if asked is not None:
                 return asked
-        return self.one_job(request, object_id, self.client().cancel_jobs, JobStatus.CANCELLED, "Cancelled.")
+        return self.one_job(
+            request, object_id, self.client(request).cancel_jobs, JobStatus.CANCELLED, "Cancelled."
+        )
 
     def ask_before_cancelling(self, request: HttpRequest, object_id: str) -> HttpResponse | None:
         """The confirmation page for a running job, or None where cancelling needs no question."""
@@ -355,7 +359,7 @@ class JobAdmin(JobFieldsAdmin):
                 log_job_changes(request, changes, status, message)
                 self.message_user(request, f"Job #{job_id}: {message}", messages.SUCCESS)
             else:
-                job = Job.objects.using(self.client().using).filter(pk=job_id).first()
+                job = Job.objects.using(self.client(request).using).filter(pk=job_id).first()
                 if job is None:
                     return None
                 self.message_user(

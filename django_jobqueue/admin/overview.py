@@ -27,6 +27,7 @@ from ..queue import QueueClient
 from ..queue.validation import check_queue
 from .audit import log_queue_state
 from .base import ReadOnlyAdmin
+from .databases import choose_database, database_context, shown_database
 from .display import cut, cut_column, date_column, in_list, pill, slots, timestamp, with_relative
 
 # The chart's drawing box, in SVG units; the browser scales it to the page.
@@ -77,6 +78,7 @@ class QueueOverviewAdmin(ReadOnlyAdmin):
             path("", view(self.changelist_view), name=f"{prefix}_changelist"),
             path("pause/", view(self.pause_view), name=f"{prefix}_pause"),
             path("resume/", view(self.resume_view), name=f"{prefix}_resume"),
+            path("database/", view(choose_database), name=f"{prefix}_database"),
         ]
 
     def changelist_view(
@@ -84,7 +86,7 @@ class QueueOverviewAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        using = QueueClient().using
+        using = shown_database(request)
         figures = stats.overview(using)
         if figures.limits_problem is not None:
             message = f"The queues’ limits are not shown: {figures.limits_problem}."
@@ -110,6 +112,7 @@ class QueueOverviewAdmin(ReadOnlyAdmin):
                 "late_heartbeat": stats.LATE_HEARTBEAT,
                 "refresh": int(refresh) if refresh.isdigit() and int(refresh) in REFRESH_CHOICES else None,
                 "refresh_choices": REFRESH_CHOICES,
+                **database_context(request, request.path),
                 **(extra_context or {}),
             },
         )
@@ -132,7 +135,7 @@ class QueueOverviewAdmin(ReadOnlyAdmin):
         except ValueError as exc:
             self.message_user(request, f"Nothing was changed: {exc}.", messages.ERROR)
             return back
-        client = QueueClient()
+        client = QueueClient(shown_database(request))
         if not (client.pause_queue(queue) if paused else client.resume_queue(queue)):
             state = "already paused" if paused else "not paused"
             self.message_user(request, f"Queue “{queue}” was {state}.", messages.WARNING)

@@ -86,8 +86,8 @@ class ScheduleAdmin(OperatorAdmin):
     class Media:
         css = {"all": ["django_jobqueue/admin.css"]}
 
-    def book(self) -> ScheduleBook:
-        return ScheduleBook(self.client().using)
+    def book(self, request: HttpRequest) -> ScheduleBook:
+        return ScheduleBook(self.client(request).using)
 
     def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
         # A row goes when its schedule is no longer declared (the workers' sync).
@@ -105,7 +105,7 @@ class ScheduleAdmin(OperatorAdmin):
             if declarations.problem is not None:
                 message = f"The schedules cannot be read: {declarations.problem}"
                 self.message_user(request, message, messages.ERROR)
-            declarations.add_missing(self.book())
+            declarations.add_missing(self.book(request))
         return super().changelist_view(request, extra_context)
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
@@ -114,7 +114,7 @@ class ScheduleAdmin(OperatorAdmin):
             return None
         row = super().get_object(request, object_id, from_field)
         if row is not None:
-            annotate([row], Declarations.read(), self.book().now(), link_jobs=may_see_jobs(request))
+            annotate([row], Declarations.read(), self.book(request).now(), link_jobs=may_see_jobs(request))
         return row
 
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
@@ -272,7 +272,7 @@ class ScheduleAdmin(OperatorAdmin):
         self.run_rows(request, list(queryset))
 
     def set_paused(self, request: HttpRequest, rows: list[Schedule], *, paused: bool) -> None:
-        book, by_name = self.book(), {row.name: row for row in rows}
+        book, by_name = self.book(request), {row.name: row for row in rows}
         with transaction.atomic(using=book.using):
             changed = (book.pause if paused else book.resume)(by_name)
             log_schedule_changes(request, [by_name[name] for name in changed], PAUSED if paused else RESUMED)
@@ -300,7 +300,7 @@ class ScheduleAdmin(OperatorAdmin):
                 request, "The form had no one-time token: reload the page; nothing was run.", messages.ERROR
             )
             return []
-        declarations, book = Declarations.read(), self.book()
+        declarations, book = Declarations.read(), self.book(request)
         ran: list[tuple[str, Job]] = []
         undeclared, repeated = [], []
         for row in rows:

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from ..conf import queue_databases
 from ..queue.validation import check_queue
 from ..worker.pools.autoscale import SlotRange
 
@@ -24,14 +25,24 @@ MAX_SHUTDOWN_TIMEOUT = 86400.0
 
 
 def database_alias(text: str) -> str:
-    """Return ``text`` if it names a database in ``DATABASES``.
+    """Return ``text`` if it names a database in ``DATABASES`` that holds a queue.
 
     Checked while the arguments are parsed, so an unknown alias is a bad
-    argument (exit status 2, with the usage) like any other.
+    argument (exit status 2, with the usage) like any other. An alias of
+    ``DATABASES`` that is not a queue database (``JOBQUEUE["DATABASE"]`` or
+    one of ``JOBQUEUE["DATABASES"]``) is refused too: a worker on a replica
+    or on the LISTEN alias would serve the wrong queue, or none.
     """
     if text not in settings.DATABASES:
         known = ", ".join(repr(alias) for alias in settings.DATABASES)
         raise ArgumentTypeError(f"{text!r} is not a key of DATABASES (known: {known})")
+    queues = queue_databases()
+    if text not in queues:
+        known = ", ".join(repr(alias) for alias in queues)
+        raise ArgumentTypeError(
+            f"{text!r} holds no queue: the queue databases are {known}; "
+            "list another in JOBQUEUE['DATABASES'] (docs/scaling.md)"
+        )
     return text
 
 

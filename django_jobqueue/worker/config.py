@@ -52,6 +52,10 @@ class WorkerConfig:
     def slot_range(self) -> SlotRange:
         return SlotRange(self.concurrency, self.max_concurrency or self.concurrency)
 
+    def about(self) -> dict[str, str]:
+        """What the worker's metrics say of it in ``jobqueue_worker_info``."""
+        return {"database": self.using, "pool": self.pool, "version": __version__}
+
     def start_line(self, wake_up: str, schedules: int | None) -> str:
         """The line a worker logs once started: what it serves, how it wakes, which release it runs.
 

@@ -140,7 +140,7 @@ class Supervisor:
         from .services.metrics import WorkerMetrics
         from .services.observer import Observer
 
-        metrics = WorkerMetrics(self.executor.attempts, self.config.concurrency)
+        metrics = WorkerMetrics(self.executor.attempts, self.config.concurrency, self.config.about())
         self.metrics = metrics
         self.executor.observer = metrics
         self.completer.on_batch = metrics.completer_acked

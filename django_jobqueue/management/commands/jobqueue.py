@@ -176,7 +176,7 @@ class Command(BaseCommand):
             "--database",
             default=None,
             type=database_alias,
-            help="The database alias (default: JOBQUEUE['DATABASE']).",
+            help="The queue's database: JOBQUEUE['DATABASE'] (the default) or one of JOBQUEUE['DATABASES'].",
         )
         subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
 

@@ -183,7 +183,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database",
             type=database_alias,
-            help="The database alias of the queue. Default: JOBQUEUE['DATABASE'].",
+            help="The database whose queue to serve: JOBQUEUE['DATABASE'] (the default) "
+            "or one of JOBQUEUE['DATABASES'].",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

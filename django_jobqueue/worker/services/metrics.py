@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -118,7 +118,7 @@ class DatabaseFailures:
 class WorkerMetrics:
     """One worker's series, and the executor's observer of every job outcome."""
 
-    def __init__(self, attempts: Attempts, slots: int) -> None:
+    def __init__(self, attempts: Attempts, slots: int, about: dict[str, str] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.failures = DatabaseFailures()
         self.last_contact = time.monotonic()  # of a claim round or a heartbeat that succeeded
@@ -164,6 +164,11 @@ class WorkerMetrics:
             registry=reg,
         )
         self.contact_age.set_function(lambda: time.monotonic() - self.last_contact)
+        # Which database's queue this worker serves, its pool and release: jobqueue_worker_info,
+        # for a join (`* on (instance) group_left (database)`) rather than a label on every series.
+        Info("jobqueue_worker", "The worker: its queue database, pool and release.", registry=reg).info(
+            about or {}
+        )
         reg.register(RunningCollector(attempts))
         self._job_children: dict[tuple[str, str, str, bool], tuple[Any, Any]] = {}
         self._claim_children: dict[str, Any] = {}
