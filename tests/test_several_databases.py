@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -174,6 +175,8 @@ def test_the_admin_shows_one_database_at_a_time_and_acts_on_that_one(admin_clien
     assert cancelled.status_code == 302
     assert statuses("second") == [(theirs.pk, "cancelled")]
     assert statuses("default") == [(mine.pk, "ready")]
+    (entry,) = LogEntry.objects.filter(object_id=str(theirs.pk))
+    assert entry.change_message == "On database “second”. Cancelled."
 
 
 def test_the_admin_refuses_a_database_that_holds_no_queue_and_an_outside_address(admin_client_of_both):

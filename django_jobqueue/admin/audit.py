@@ -14,8 +14,10 @@ from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
+from ..conf import queue_databases
 from ..models import DeadLetter, Job, JobStatus, QueueState, Schedule
 from ..queue import DeletedDeadLetter, JobChange, RetriedDeadLetter
+from .databases import shown_database
 
 
 def log_job_changes(request: HttpRequest, changes: Sequence[JobChange], status: str, message: str) -> None:
@@ -73,6 +75,8 @@ def schedule_receipts(schedule_id: int, receipt: str) -> QuerySet[LogEntry]:
 
 
 def _log(request: HttpRequest, flag: int, entries: Sequence[tuple[Model, str]]) -> None:
+    # With several queue databases a row's id names a row in each; an entry says whose it was.
+    where = f"On database “{shown_database(request)}”. " if len(queue_databases()) > 1 else ""
     LogEntry.objects.bulk_create(
         [
             LogEntry(
@@ -81,7 +85,7 @@ def _log(request: HttpRequest, flag: int, entries: Sequence[tuple[Model, str]]) 
                 object_id=str(obj.pk),
                 object_repr=str(obj)[:200],
                 action_flag=flag,
-                change_message=message,
+                change_message=f"{where}{message}".strip(),
             )
             for obj, message in entries
         ]
