@@ -17,3 +17,14 @@ def create_database(url: str, fresh: bool = False) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(url: str) -> None:
+    """Drop the PostgreSQL database of ``url`` if it exists, ending its sessions first."""
+    import psycopg
+
+    parts = urlsplit(url.replace("postgres://", "postgresql://", 1))
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
