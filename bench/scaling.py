@@ -8,10 +8,11 @@ The figures of docs/scaling.md. Each setup drains ``--jobs`` no-op jobs with
 
 - jobs/s, from the first job's outcome to the last one's, over every worker's log;
 - the WAL written per job (``pg_current_wal_lsn()`` before and after);
-- the CPU seconds per 1,000 jobs of the workers (their own and their children's,
-  from ``wait4``) and of everything else on the machine (``/proc/stat``'s busy
-  time less the workers'): on a machine that runs only the database beside
-  them, that is the database server's;
+- the CPU seconds per 1,000 jobs of the workers (``/proc/<pid>/stat``) and of
+  everything else on the machine (``/proc/stat``'s busy time less the
+  workers'), both sampled every 50 ms and read between the first outcome and
+  the last, so that the workers' start and exit are left out: on a machine
+  that runs only the database beside them, the second is the database server's;
 - the sessions the workers held at their peak (``pg_stat_activity``).
 
 The setups: 1, 2 and 4 workers on one database; then 2 workers on each of two
@@ -23,6 +24,7 @@ databases, ``<name>`` and ``<name>_b``, are made anew and dropped at the end.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -119,6 +121,48 @@ def sessions(names: list[str]) -> int:
         return int(cursor.fetchone()[0])
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` has used (all its threads), 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class Sampler:
+    """Every 50 ms: the time, the machine's busy CPU, the workers' CPU and the peak of sessions."""
+
+    def __init__(self, pids: list[int], names: list[str]) -> None:
+        self.pids, self.names = pids, names
+        self.samples: list[tuple[float, float, float]] = []
+        self.peak_sessions = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.last_cpu = dict.fromkeys(pids, 0.0)
+
+    def run(self) -> None:
+        from django.db import connection
+
+        while not self.done.wait(0.05):
+            for pid in self.pids:  # a worker that exited keeps its last reading
+                self.last_cpu[pid] = process_cpu(pid) or self.last_cpu[pid]
+            self.samples.append((time.time(), busy_seconds(), sum(self.last_cpu.values())))
+            self.peak_sessions = max(self.peak_sessions, sessions(self.names))
+        connection.close()
+
+    def between(self, start: float, end: float) -> tuple[float, float]:
+        """The machine's busy CPU and the workers' CPU from ``start`` to ``end``, interpolated."""
+
+        def at(moment: float, index: int) -> float:
+            for (t0, *v0), (t1, *v1) in itertools.pairwise(self.samples):
+                if t0 <= moment <= t1:
+                    return v0[index] + (v1[index] - v0[index]) * (moment - t0) / ((t1 - t0) or 1)
+            raise RuntimeError("the drain was not sampled")
+
+        return at(end, 0) - at(start, 0), at(end, 1) - at(start, 1)
+
+
 def run_setup(urls: list[str], counts: tuple[int, int], jobs: int, concurrency: int) -> Figures:
     from .worker import _JOB_LINE, spawn, worker_env
 
@@ -127,9 +171,8 @@ def run_setup(urls: list[str], counts: tuple[int, int], jobs: int, concurrency: 
         if count:
             fill(alias, jobs // len([c for c in counts if c]))
     args = ["--burst", "--concurrency", str(concurrency), "--no-schedules"]
-    peak = 0
     with tempfile.TemporaryDirectory(prefix="jq-scaling-") as tmp:
-        wal, busy = wal_lsn(), busy_seconds()
+        wal = wal_lsn()
         procs, logs = [], []
         for alias, count in zip(("default", "second"), counts, strict=True):
             for index in range(count):
@@ -137,25 +180,13 @@ def run_setup(urls: list[str], counts: tuple[int, int], jobs: int, concurrency: 
                 env = worker_env(urls[0], JOBQUEUE_SECOND_DATABASE_URL=urls[1], JOBQUEUE_DATABASES="second")
                 procs.append(spawn([*args, "--database", alias], env, log))
                 logs.append(log)
-        done = threading.Event()
-
-        def watch_sessions() -> None:
-            nonlocal peak
-            while not done.wait(0.1):
-                peak = max(peak, sessions(names))
-
-        watcher = threading.Thread(target=watch_sessions)
-        watcher.start()
-        worker_cpu = 0.0
+        sampler = Sampler([proc.pid for proc in procs], names)
+        sampler.thread.start()
         for proc in procs:
-            _pid, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            worker_cpu += usage.ru_utime + usage.ru_stime
-            if proc.returncode != 0:
+            if proc.wait() != 0:
                 raise RuntimeError(f"a worker exited {proc.returncode}")
-        done.set()
-        watcher.join()
-        busy = busy_seconds() - busy
+        sampler.done.set()
+        sampler.thread.join()
         wal = wal_lsn() - wal
         stamps = [
             datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
@@ -165,13 +196,13 @@ def run_setup(urls: list[str], counts: tuple[int, int], jobs: int, concurrency: 
         ]
     if len(stamps) != jobs:
         raise RuntimeError(f"{len(stamps)} outcomes logged for {jobs} jobs")
-    # Workers' children (the fork server of --pool processes) are in ru_* too; threads need none.
+    busy, worker_cpu = sampler.between(min(stamps), max(stamps))
     return Figures(
         jobs_per_second=(jobs - 1) / (max(stamps) - min(stamps)),
         wal_bytes_per_job=wal / jobs,
         worker_cpu_per_1000=1000 * worker_cpu / jobs,
         other_cpu_per_1000=1000 * max(0.0, busy - worker_cpu) / jobs,
-        peak_sessions=peak,
+        peak_sessions=sampler.peak_sessions,
     )
 
 
