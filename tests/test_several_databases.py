@@ -239,3 +239,16 @@ def test_a_worker_says_which_database_it_serves_in_its_metrics():
     about = {"database": "second", "pool": "threads", "version": "1"}
     registry = WorkerMetrics(Attempts(), 1, about).registry
     assert registry.get_sample_value("jobqueue_worker_info", about) == 1
+
+
+def test_a_job_cannot_wait_on_a_job_of_another_database(two_queues):
+    theirs = enqueue("tests.noop", {}, using="second")
+    enqueue("tests.noop", {})  # default's job of the same id
+    message = r"depends_on: job #1 is in database 'second', and this job goes to 'default'"
+    with pytest.raises(ValueError, match=message):
+        enqueue("tests.noop", {}, depends_on=[theirs])
+    with pytest.raises(ValueError, match=r"item 0: " + message):
+        enqueue_many([("tests.noop", {}, {"depends_on": theirs})])
+    waiting = enqueue("tests.noop", {}, using="second", depends_on=[theirs])
+    assert waiting.status == "waiting"
+    assert Job.objects.using("default").count() == 1

@@ -66,7 +66,7 @@ class QueueClient(Operating, WorkerDuties):
 
     def push(self, name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
         """Enqueue one job and return it (see ``enqueue``)."""
-        return self._insert_one(prepare_job(name, payload, options))
+        return self._insert_one(prepare_job(name, payload, options, self.using))
 
     def push_many(self, items: Iterable[Item]) -> list[Job]:
         """Enqueue ``(name, payload, options)`` triples in one batch; a bad one writes nothing.
@@ -80,7 +80,7 @@ class QueueClient(Operating, WorkerDuties):
 
     def _push_many(self, items: list[Item]) -> list[Job]:
         batching.check_database(self.using)
-        jobs = prepared(items)
+        jobs = prepared(items, self.using)
         if ops.writes_by_copy(self.using, len(items)) and copyable(items):
             return batching.joined(
                 traced_insert(
@@ -109,7 +109,9 @@ class QueueClient(Operating, WorkerDuties):
         longest = Job._meta.get_field("task_backend").max_length or 0  # a CharField always has one
         if not isinstance(backend, str) or not 0 < len(backend) <= longest:
             raise ValueError(f"task backend alias must be 1 to {longest} characters, got {backend!r}")
-        return self._insert_one(prepare_job(name, payload, options)._replace(task_backend=backend))
+        return self._insert_one(
+            prepare_job(name, payload, options, self.using)._replace(task_backend=backend)
+        )
 
     def _insert_one(self, new_job: ops.NewJob) -> Job:
         """Insert ``new_job``, with the trace context it is enqueued in, and return it."""

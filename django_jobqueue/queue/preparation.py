@@ -51,12 +51,16 @@ ENQUEUE_OPTIONS = frozenset(
 Item = tuple[str, Mapping[str, Any] | None, Mapping[str, Any]]
 
 
-def prepare_job(name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any]) -> NewJob:
+def prepare_job(
+    name: str, payload: Mapping[str, Any] | None, options: Mapping[str, Any], using: str | None = None
+) -> NewJob:
     """Validate one job and fill in its defaults: the call's, then ``@job``'s, then settings'.
 
-    Raise ``ValueError`` or ``JobPayloadError`` before anything is written.
+    ``using`` is the database the job goes to, where the jobs of its
+    ``depends_on`` must be. Raise ``ValueError`` or ``JobPayloadError`` before
+    anything is written.
     """
-    return JobPreparer().prepare(name, payload, options)
+    return JobPreparer(using).prepare(name, payload, options)
 
 
 # The options that have a default (``@job``'s, else the setting's) and the check each value passes.
@@ -79,7 +83,8 @@ class JobPreparer:
     checks them, in the same order and with the same errors.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, using: str | None = None) -> None:
+        self._using = using
         # Read once: each read of jobqueue_settings goes through Django's lazy settings.
         configured = jobqueue_settings.merged()
         self._settings = {
@@ -161,7 +166,7 @@ class JobPreparer:
             _check_fits(name, spec.call_shape, payload)
         concurrency_key, concurrency_limit = concurrency_of(name, spec, options)
         depends_on = options.get("depends_on")
-        depends_on = check_depends_on(depends_on) if depends_on is not None else ()
+        depends_on = check_depends_on(depends_on, self._using) if depends_on is not None else ()
         if depends_on and unique_key is not None:
             # A waiting job holds no key (the unique index covers ready and running
             # jobs), and which job a taken key hands back would skip the wait.
@@ -234,9 +239,9 @@ def concurrency_of(
     return key, limit
 
 
-def prepared(items: Iterable[Item]) -> Iterator[NewJob]:
+def prepared(items: Iterable[Item], using: str | None = None) -> Iterator[NewJob]:
     """Each item validated and filled in as it is asked for; an error names the item's index."""
-    preparer = JobPreparer()
+    preparer = JobPreparer(using)
     for index, (name, payload, options) in enumerate(items):
         try:
             yield preparer.prepare(name, payload, options)

@@ -381,11 +381,13 @@ def clean_text(text: object, limit: int, *, keep: str = "head") -> str:
 _MAX_JOB_ID = 2**63 - 1
 
 
-def check_depends_on(value: object) -> tuple[int, ...]:
+def check_depends_on(value: object, using: str | None = None) -> tuple[int, ...]:
     """The job ids of a ``depends_on``: sorted and distinct, from Jobs, ids or Tasks' results.
 
     A single job, id or result stands for a list of one. Raise ``ValueError``
-    for anything else, before anything is written.
+    for anything else, before anything is written, and for a ``Job`` read
+    from or written to another database than ``using``: its id there names
+    another job, or none, in ``using``.
     """
     from ..models import Job  # noqa: PLC0415 - imported by the app's modules before the models load
 
@@ -399,6 +401,12 @@ def check_depends_on(value: object) -> tuple[int, ...]:
         job_id: int | None
         if isinstance(item, Job):
             job_id = item.pk
+            elsewhere = item._state.db
+            if using is not None and elsewhere is not None and elsewhere != using:
+                raise ValueError(
+                    f"depends_on: job #{job_id} is in database {elsewhere!r}, and this job goes to "
+                    f"{using!r}: a job can wait only on jobs of its own database"
+                )
         elif _is_task_result(item):
             job_id = int(item.id) if str(item.id).isdigit() else None
         else:
