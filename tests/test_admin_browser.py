@@ -691,3 +691,32 @@ def test_the_pages_fit_the_screen(browser, live_server, queue, operator, long_sc
         assert attempts.evaluate(WRAPPED_COLUMNS, columns) == []
     finally:
         context.close()
+
+
+@pytest.mark.django_db(transaction=True, reset_sequences=True, databases=["default", "second"])
+def test_choose_another_queue_database_and_cancel_its_job(page, live_server, queue, operator, tmp_path):
+    mine = queue.push("send_welcome_email", {"user_id": "7"}, queue="emails")
+    theirs = QueueClient("second").push("send_otp", {"user_id": "42"}, queue="sms")
+    assert mine.pk == theirs.pk, "one id, a job in each database"
+    with override_settings(JOBQUEUE={"DATABASES": ["second"]}):
+        log_in(page, live_server.url)
+        page.goto(f"{live_server.url}/admin/django_jobqueue/job/")
+        assert "queue of “default”" in page.locator(".jq-database").inner_text()
+        assert page.locator("#result_list tbody tr", has_text="emails").count() == 1
+
+        page.select_option(".jq-database select", "second")
+        page.get_by_role("button", name="Show").click()
+        page.wait_for_url("**/django_jobqueue/job/")
+        assert "queue of “second”" in page.locator(".jq-database").inner_text()
+        rows = page.locator("#result_list tbody tr")
+        assert rows.count() == 1 and "sms" in rows.first.inner_text()
+        page.screenshot(
+            path=str(Path(os.environ.get("JOBQUEUE_SCREENSHOTS") or tmp_path) / "database-chooser.png")
+        )
+
+        rows.first.get_by_role("link", name=str(theirs.pk)).click()
+        page.wait_for_url(f"**/job/{theirs.pk}/change/")
+        page.get_by_role("button", name="Cancel").click()
+        page.wait_for_url(f"**/job/{theirs.pk}/change/")
+    assert Job.objects.using("second").get(pk=theirs.pk).status == "cancelled"
+    assert Job.objects.using("default").get(pk=mine.pk).status == "ready"
