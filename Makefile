@@ -160,4 +160,5 @@ test: lint
 
 clean:
 	-$(PG) stop
+	-scripts/pgbouncer stop
 	rm -rf $(VENV) $(VENV_DJ6) var
