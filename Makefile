@@ -44,19 +44,12 @@ PG_VERSION_TESTS ?= tests/test_queue_*.py tests/test_job_partitions.py tests/tes
 	tests/test_round_commit.py
 # The queue behind a real PgBouncer in transaction mode (scripts/pgbouncer), the
 # tests and the workers they start alike: real workers, flow control, schedules,
-# workflows and SIGKILLed workers, about 6 minutes.
+# workflows, SIGKILLed workers and terminated server sessions, about 6 minutes.
 PG_URL_PGBOUNCER ?= $(PG_URL)_pgbouncer
 PGBOUNCER_TESTS ?= tests/test_pooler.py tests/test_worker_basic.py tests/test_worker_faults.py \
 	tests/test_worker_signals.py tests/test_worker_console.py tests/test_flow_*.py tests/test_schedules_*.py \
 	tests/test_dependencies.py tests/test_batches_workers.py tests/faults/test_sigkill_chaos.py \
 	tests/faults/test_stale_owner.py tests/faults/test_batch_kills.py tests/test_worker_listen.py
-# Left out, for what only a direct session shows: a worker's (a scheduler's) log
-# of a database error when the backends are terminated. Behind the pooler most
-# terminated backends are idle ones of the pool, which PgBouncer replaces
-# unseen, so the error may never reach the worker; jobs lost to kills are
-# checked through the pooler by tests/faults/.
-PGBOUNCER_DESELECT := --deselect tests/test_worker_faults.py::test_lost_connections_are_survived \
-	--deselect tests/test_schedules_workers.py::test_the_scheduler_rides_out_killed_connections
 SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-versions
 POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres) test-pgbouncer test-wheel
 
@@ -149,7 +142,7 @@ tests-postgres:
 # Without PgBouncer installed, `make test` says so and goes on, unless PG_REQUIRED=1.
 test-pgbouncer: $(BIN)/.installed
 	PG_URL=$(PG_URL_PGBOUNCER) scripts/pgbouncer run $(if $(PG_REQUIRED),,--or-skip) sh -c \
-	  'DATABASE_URL=$$PG_URL DATABASE_POOLER_URL=$$PGBOUNCER_URL $(BIN)/pytest $(PYTEST_ARGS) $(PGBOUNCER_DESELECT) $(PGBOUNCER_TESTS)'
+	  'DATABASE_URL=$$PG_URL DATABASE_POOLER_URL=$$PGBOUNCER_URL $(BIN)/pytest $(PYTEST_ARGS) $(PGBOUNCER_TESTS)'
 
 # The wheel, installed as a user would (scripts/wheel_smoke.py): on this
 # Python with Django 5.2, and on the newest Python with the newest Django.
@@ -167,4 +160,5 @@ test: lint
 
 clean:
 	-$(PG) stop
+	-scripts/pgbouncer stop
 	rm -rf $(VENV) $(VENV_DJ6) var

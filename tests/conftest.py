@@ -15,11 +15,9 @@ from django.test import Client
 from django_jobqueue import QueueClient, conf, registry
 from django_jobqueue.models import Job
 from django_jobqueue.queue.schedules import ScheduleBook
+from tests.pooler import DIRECT_ADDRESS, direct_connection
 
 ADDRESS = ("HOST", "PORT", "USER", "PASSWORD")
-# Behind a pooler, the test database's address without it: where a test's own
-# LISTEN hears (a pooler in transaction mode does not pass notifications on).
-DIRECT_ADDRESS: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="session")
@@ -151,16 +149,9 @@ def count_jobs(conn: Any) -> int:
 @pytest.fixture
 def listener(postgresql_only: None, transactional_db: None) -> Iterator[Any]:
     """A psycopg connection LISTENing on the queue's channel (PostgreSQL only)."""
-    import psycopg
-
     from django_jobqueue.queue import NOTIFY_CHANNEL
 
-    params = connection.get_connection_params()
-    if DIRECT_ADDRESS:
-        params.update(host=DIRECT_ADDRESS["HOST"], port=DIRECT_ADDRESS["PORT"])
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params, autocommit=True) as conn:
+    with direct_connection() as conn:
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         yield conn
 

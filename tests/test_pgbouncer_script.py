@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
+import psycopg
 import pytest
 
 from tests.worker_support import ROOT
 
 SCRIPT = str(ROOT / "scripts" / "pgbouncer")
+NOT_FOUND = "scripts/pgbouncer: PgBouncer not found: install it (apt-get install pgbouncer) or set PGBOUNCER"
 
 
 def run_script(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -38,6 +42,7 @@ def home() -> Iterator[str]:
     try:
         yield path
     finally:
+        run_script("stop", PGBOUNCER_HOME=path)  # what a failed test left running
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -57,14 +62,20 @@ def server_url(home: str) -> str:
     return server
 
 
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close()
+    except OSError:
+        return False
+    return True
+
+
 def test_without_pgbouncer_one_line_says_what_to_install(home: str) -> None:
     result = run_script(
         "run", "sh", "-c", "echo ran", PGBOUNCER="/nonexistent/pgbouncer", PGBOUNCER_HOME=home
     )
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.splitlines() == [
-        "scripts/pgbouncer: PgBouncer not found: install it (apt-get install pgbouncer) or set PGBOUNCER"
-    ]
+    assert result.stderr.splitlines() == [NOT_FOUND]
 
 
 def test_without_pgbouncer_or_skip_succeeds_without_running_the_command(home: str) -> None:
@@ -110,7 +121,43 @@ def test_a_query_goes_through_pgbouncer_in_transaction_mode_and_it_stops_after(
     log = Path(home, "pgbouncer.log").read_text()
     assert "login attempt: db=postgres" in log
     assert not Path(home, "pgbouncer.pid").exists(), "PgBouncer stopped and removed its pid file"
-    probe = subprocess.run(
-        [sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {pooler_port}), 1)"]
-    )
-    assert probe.returncode != 0, "nothing listens on PgBouncer's port any more"
+    assert not listening(int(pooler_port)), "nothing listens on PgBouncer's port any more"
+
+
+def test_start_without_pgbouncer_or_a_server_says_so_in_one_line(home: str) -> None:
+    missing = run_script("start", PGBOUNCER="/nonexistent/pgbouncer", PGBOUNCER_HOME=home)
+    assert (missing.returncode, missing.stdout, missing.stderr.splitlines()) == (1, "", [NOT_FOUND])
+    unset = run_script("start", PGBOUNCER_HOME=home)
+    assert (unset.returncode, unset.stdout) == (1, "")
+    assert unset.stderr.splitlines() == [
+        "scripts/pgbouncer: PG_URL is not set: the server to stand in front of (scripts/pg start prints one)"
+    ]
+
+
+def test_start_prints_the_url_and_pgbouncer_runs_until_stop(server_url: str, home: str) -> None:
+    started = run_script("start", PG_URL=server_url, PGBOUNCER_HOME=home)
+
+    assert started.returncode == 0, started.stderr
+    pooled = started.stdout.strip()
+    server, pooler = urlsplit(server_url), urlsplit(pooled)
+    assert pooled == server._replace(netloc=f"{server.username}@127.0.0.1:{pooler.port}").geturl()
+    assert pooler.port is not None and pooler.port != server.port
+    with psycopg.connect(pooled, autocommit=True) as conn:
+        answer = conn.execute("SELECT current_database(), current_setting('port')::int").fetchone()
+        assert answer == ("postgres", server.port)
+    # Running, it is found again, by `start` and by `run`, which leaves it running.
+    again = run_script("start", PG_URL=server_url, PGBOUNCER_HOME=home)
+    assert (again.returncode, again.stdout.strip()) == (0, pooled)
+    ran = run_script("run", "sh", "-c", 'echo "$PGBOUNCER_URL"', PG_URL=server_url, PGBOUNCER_HOME=home)
+    assert (ran.returncode, ran.stdout.strip()) == (0, pooled)
+    assert listening(pooler.port)
+    elsewhere = server._replace(netloc=f"{server.username}@127.0.0.1:{(server.port or 5432) + 1}").geturl()
+    refused = run_script("start", PG_URL=elsewhere, PGBOUNCER_HOME=home)
+    assert refused.returncode == 1 and refused.stderr.endswith("stop it first\n"), refused.stderr
+
+    stopped = run_script("stop", PGBOUNCER_HOME=home)
+
+    assert (stopped.returncode, stopped.stdout, stopped.stderr) == (0, "", "")
+    assert not Path(home, "pgbouncer.pid").exists(), "PgBouncer stopped and removed its pid file"
+    assert not listening(pooler.port), "nothing listens on PgBouncer's port any more"
+    assert run_script("stop", PGBOUNCER_HOME=home).returncode == 0, "stopping it again is no error"

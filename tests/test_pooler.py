@@ -8,41 +8,19 @@ and the workers', reach PostgreSQL through PgBouncer, and none directly.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import environ
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from django_jobqueue.models import Job
+from tests.pooler import admin, connect
 from tests.worker_support import wait_until
 
 pytestmark = pytest.mark.skipif(
     not settings.POOLER_DATABASE, reason="behind a pooler only (make test-pgbouncer)"
 )
-
-
-def connect(config: dict[str, Any], dbname: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        host=config["HOST"],
-        port=config["PORT"],
-        user=config["USER"],
-        password=config["PASSWORD"] or None,
-        dbname=dbname,
-        autocommit=True,
-    )
-
-
-def admin(command: str) -> list[dict[str, Any]]:
-    """The rows of one command of PgBouncer's admin console (``SHOW CLIENTS``), as dicts."""
-    # The console speaks the simple query protocol only, which a client-side cursor uses.
-    with connect(settings.POOLER_DATABASE, "pgbouncer") as conn:
-        cursor = psycopg.ClientCursor(conn)
-        cursor.execute(command)
-        names = [column.name for column in cursor.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def clients_on_test_database() -> int:

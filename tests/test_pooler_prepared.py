@@ -1,10 +1,11 @@
 """Behind PgBouncer 1.18 in transaction mode, prepared statements fail; the queue's error names the setting.
 
-Each test starts a real PgBouncer (``tests/pooler.py``) in front of the test
-database. Two clients that prepare through it meet each other's statements
-on the server connections they share: psycopg alone says only "prepared
-statement ... already exists" (or "does not exist", or "bind message
-supplies ..."); the queue says which setting to change.
+Each test starts a real PgBouncer of its own (``tests/pooler.py``, with
+scripts/pgbouncer) in front of the test database. Two clients that prepare
+through it meet each other's statements on the server connections they
+share: psycopg alone says only "prepared statement ... already exists" (or
+"does not exist", or "bind message supplies ..."); the queue says which
+setting to change.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.test import override_settings
 
 from django_jobqueue.queue.native import run_bound, run_in_transaction
 from tests.pooler import pgbouncer
+from tests.worker_support import database_url
 
 pytestmark = pytest.mark.usefixtures("postgresql_only")
 
@@ -33,7 +35,7 @@ def pooled(transactional_db: None) -> Iterator[dict[str, Any]]:
     """The test database's connection settings, pointed at a PgBouncer in transaction mode."""
     settings = connections["default"].settings_dict
     where = settings["HOST"], settings["PORT"]
-    with pgbouncer(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432)) as port:
+    with pgbouncer(database_url()) as port:
         connections["default"].close()
         settings["HOST"], settings["PORT"] = "127.0.0.1", port
         try:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
+from collections import Counter
 
+from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 
 from django_jobqueue.models import DeadLetter, Job
 from tests.jobs_for_workers import events
+from tests.pooler import terminate_sessions
 from tests.worker_support import wait_until
 
 
@@ -81,36 +85,69 @@ def test_a_failed_bookkeeping_write_is_written_once_the_slot_reconnects(
     assert worker.wait() == 0
 
 
-def terminate_other_backends() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        return int(cursor.fetchone()[0])
+UNRECORDED = re.compile(r"job workers\.record id=(\d+) attempt=(\d+)/\d+ duration=\S+ outcome=unrecorded")
+
+
+def assert_each_ran_until_recorded(jobs: list[Job], path: str, log: str) -> None:
+    """Each of ``jobs`` ran once per attempt, to its end, and again only after an unrecorded outcome.
+
+    Its last run is the attempt its row counts, the one acked. An earlier run
+    is one whose outcome the worker could not record, and logged so: the ack
+    went in a round whose connection was cut, and the job runs again when its
+    claim expires (docs/guarantees.md). An attempt counts at its claim: a
+    claim lost with its connection before the worker read it counts one that
+    never ran.
+    """
+    attempts = dict(Job.objects.filter(pk__in=[job.pk for job in jobs]).values_list("pk", "attempts"))
+    ran = Counter((e["job"], e["attempt"]) for e in starts(path))
+    twice = sorted(run for run, n in ran.items() if n > 1)
+    assert not twice, f"(job, attempt) run more than once: {twice}"
+    ended = Counter((e["job"], e["attempt"]) for e in events(path) if e["event"] == "end")
+    assert ran == ended, "each run went on to its end"
+    last = {pk: attempt for pk, attempt in sorted(ran)}
+    assert last == attempts, "each job's last run is its acked attempt"
+    earlier = {(pk, attempt) for pk, attempt in ran if attempt < attempts[pk]}
+    unrecorded = {(int(m[1]), int(m[2])) for m in UNRECORDED.finditer(log)}
+    assert earlier == unrecorded, (
+        f"run again though recorded: {sorted(earlier - unrecorded)}; "
+        f"unrecorded and not run again: {sorted(unrecorded - earlier)}"
+    )
 
 
 def test_lost_connections_are_survived(queue, start_worker, events_path, postgresql_only):
+    """The sessions under a busy worker terminated five times: every job is run once and done.
+
+    Directly, each cut ends every session of the worker, and its log shows the
+    errors and the recovery. Behind a pooler a cut ends PgBouncer's server
+    connections, which it replaces unseen when they are idle: there only the
+    jobs are asserted, and that the cuts hit the pool.
+    """
     jobs = queue.push_many(
         [
             ("workers.record", {"path": events_path, "value": i, "seconds": 0.01}, {"max_attempts": 20})
-            for i in range(300)
+            for i in range(600)
         ]
     )
     worker = start_worker("--visibility-timeout", "1", "--concurrency", "4", "--poll-interval", "0.1")
     worker.wait_started()
 
-    terminated = 0
+    cuts = []
     for _round in range(5):
         wait_until(lambda: len(starts(events_path)) > 0, 10, "jobs to run")
         time.sleep(0.3)  # let the worker reconnect and get going between cuts
-        terminated += terminate_other_backends()
+        cuts.append(terminate_sessions())
+    left = Job.objects.exclude(status="done").count()
 
     wait_until(lambda: Job.objects.filter(status="done").count() == len(jobs), 30, "every job")
-    assert terminated >= 5
+    assert left, "the last cut fell while jobs were still to run"
+    assert sum(cut.sessions for cut in cuts) >= 5
     assert not DeadLetter.objects.exists()
+    assert_each_ran_until_recorded(jobs, events_path, worker.log())
     assert worker.proc.poll() is None, "the worker is still up"
-    assert "database error" in worker.log() and "database reachable again" in worker.log()
+    if settings.POOLER_DATABASE:
+        assert all(cut.pooled for cut in cuts), f"each cut ended PgBouncer's server connections: {cuts}"
+    else:
+        assert "database error" in worker.log() and "database reachable again" in worker.log()
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
 
