@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from . import against, report
+from . import against, pgbouncer, report
 from .databases import create_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,9 +83,6 @@ QUICK = {
 
 
 NO_PGQUEUER = "pgqueuer is not installed (pip install -e '.[bench]'; make bench installs it)"
-NO_PGBOUNCER = "PgBouncer is not installed (apt-get install pgbouncer, or set PGBOUNCER to its binary)"
-# The pooler part runs under a private PgBouncer in transaction mode, which this script starts and stops.
-PGBOUNCER_SCRIPT = ROOT / "scripts" / "pgbouncer"
 
 
 def pgqueuer_version() -> str | None:
@@ -95,26 +91,6 @@ def pgqueuer_version() -> str | None:
         return version("pgqueuer")
     except PackageNotFoundError:
         return None
-
-
-def pgbouncer_version() -> str:
-    """The version PgBouncer gives, e.g. "1.18.0"; "" if it gives none."""
-    binary = os.environ.get("PGBOUNCER", "").split() or [shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"]
-    try:
-        said = subprocess.run([binary[0], "--version"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return ""
-    first = said.splitlines()[0].split() if said else []
-    return first[-1] if first else ""
-
-
-def pgbouncer_installed() -> bool:
-    """True if scripts/pgbouncer finds a PgBouncer to start: PGBOUNCER, else one on PATH, else Debian's."""
-    if "PGBOUNCER" in os.environ:
-        candidates = os.environ["PGBOUNCER"].split()
-    else:
-        candidates = [shutil.which("pgbouncer") or "", "/usr/sbin/pgbouncer"]
-    return any(candidate and os.access(candidate, os.X_OK) for candidate in candidates)
 
 
 def run_part(
@@ -126,12 +102,11 @@ def run_part(
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
     )
-    prefix: list[str] = []
+    command = [sys.executable, "-m", "bench.part", vendor, json.dumps(cfg)]
     if under_pgbouncer:
-        prefix = [str(PGBOUNCER_SCRIPT), "run"]
-        env.update(PG_URL=url, PYTHON=sys.executable)
+        command, env = pgbouncer.under(command, url, env)
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "bench.part", vendor, json.dumps(cfg)],
+        command,
         cwd=ROOT,
         env=env,
         check=True,
@@ -192,11 +167,11 @@ def main() -> None:
     elif args.only in (None, "postgresql"):
         cfg["parts"].append("peers")
     pooler_skipped = ""
-    if not pgbouncer_installed():
+    if pgbouncer.binary() is None:
         if args.only == "pooler":
-            parser.error(f"--only pooler: {NO_PGBOUNCER}")
+            parser.error(f"--only pooler: {pgbouncer.NOT_INSTALLED}")
         if args.only in (None, "postgresql"):
-            pooler_skipped = f"pickup behind PgBouncer: skipped, {NO_PGBOUNCER}"
+            pooler_skipped = f"pickup behind PgBouncer: skipped, {pgbouncer.NOT_INSTALLED}"
             print(pooler_skipped, file=sys.stderr)
     elif args.only in (None, "postgresql"):
         cfg["parts"].append("pooler")
@@ -258,7 +233,7 @@ def main() -> None:
         elif peers_skipped:
             print(f"{peers_skipped}\n")
         if "pooler" in cfg["parts"]:
-            title = f"PostgreSQL: an idle worker's pickup behind PgBouncer {pgbouncer_version()}"
+            title = f"PostgreSQL: an idle worker's pickup behind PgBouncer {pgbouncer.version()}"
             print_part(title, report.pooler_rows(), samples, notes=report.pooler_notes(cfg))
         elif pooler_skipped:
             print(f"{pooler_skipped}\n")
