@@ -8,7 +8,9 @@ and each figure's spread across runs. On PostgreSQL, ``runworker --pool
 processes`` is also measured against the thread pool (``bench/processes.py``),
 and drains under per-key concurrency limits against plain ones (``bench/flow.py``),
 and, where pgqueuer is installed (the ``bench`` extra), ``runworker`` at its
-defaults against pgqueuer at its own (``bench/pgqueuer_peer.py``);
+defaults against pgqueuer at its own (``bench/pgqueuer_peer.py``), and, where
+PgBouncer is installed, an idle worker's pickup behind it against the same
+without it (``bench/pooler.py``, under a PgBouncer of its own: ``scripts/pgbouncer``);
 ``--against REF`` adds the thread pool's drains of this tree against those of
 the commit REF (``bench/against.py``). See docs/performance.md.
 """
@@ -26,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from . import against, report
+from . import against, pgbouncer, report
 from .databases import create_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,13 +93,20 @@ def pgqueuer_version() -> str | None:
         return None
 
 
-def run_part(vendor: str, url: str, cfg: dict[str, Any]) -> dict[str, list[float]]:
+def run_part(
+    vendor: str, url: str, cfg: dict[str, Any], under_pgbouncer: bool = False
+) -> dict[str, list[float]]:
+    """Measure ``cfg["parts"]`` on one database in a process of its own; ``under_pgbouncer``: behind
+    a private PgBouncer in front of ``url``'s server, which that process finds in ``PGBOUNCER_URL``."""
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "false"}
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
     )
+    command = [sys.executable, "-m", "bench.part", vendor, json.dumps(cfg)]
+    if under_pgbouncer:
+        command, env = pgbouncer.under(command, url, env)
     done = subprocess.run(
-        [sys.executable, "-m", "bench.part", vendor, json.dumps(cfg)],
+        command,
         cwd=ROOT,
         env=env,
         check=True,
@@ -123,11 +132,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
     parser.add_argument(
         "--only",
-        choices=["postgresql", "sqlite", "pool", "flow", "against", "peers"],
+        choices=["postgresql", "sqlite", "pool", "flow", "against", "peers", "pooler"],
         help="measure one database only; or on PostgreSQL only --pool processes against threads (pool), "
         "only drains under concurrency limits against plain ones (flow), "
         "only the drains against --against's commit (against), "
-        "or only runworker against pgqueuer, each at its defaults (peers; needs the bench extra)",
+        "only runworker against pgqueuer, each at its defaults (peers; needs the bench extra), "
+        "or only an idle worker's pickup behind PgBouncer against the same without it "
+        "(pooler; needs PgBouncer installed)",
     )
     parser.add_argument(
         "--against",
@@ -139,9 +150,13 @@ def main() -> None:
     cfg: dict[str, Any] = dict(QUICK if args.quick else FULL)
     if args.runs:
         cfg["runs"] = args.runs
-    cfg["parts"] = {"pool": ["pool"], "flow": ["flow"], "against": [], "peers": ["peers"]}.get(
-        args.only or "", ["queue", "pool", "flow"]
-    )
+    cfg["parts"] = {
+        "pool": ["pool"],
+        "flow": ["flow"],
+        "against": [],
+        "peers": ["peers"],
+        "pooler": ["pooler"],
+    }.get(args.only or "", ["queue", "pool", "flow"])
     peers_skipped = ""
     if pgqueuer_version() is None:
         if args.only == "peers":
@@ -151,6 +166,15 @@ def main() -> None:
             print(peers_skipped, file=sys.stderr)
     elif args.only in (None, "postgresql"):
         cfg["parts"].append("peers")
+    pooler_skipped = ""
+    if pgbouncer.binary() is None:
+        if args.only == "pooler":
+            parser.error(f"--only pooler: {pgbouncer.NOT_INSTALLED}")
+        if args.only in (None, "postgresql"):
+            pooler_skipped = f"pickup behind PgBouncer: skipped, {pgbouncer.NOT_INSTALLED}"
+            print(pooler_skipped, file=sys.stderr)
+    elif args.only in (None, "postgresql"):
+        cfg["parts"].append("pooler")
     if args.against:
         commit = against.resolve(args.against)
         cfg["against"] = {"ref": args.against, "commit": commit, "tree": str(against.export(commit))}
@@ -171,7 +195,12 @@ def main() -> None:
         if "against" in cfg["parts"]:
             tree = Path(cfg["against"]["tree"])
             cfg["against"]["databases"] = against.databases(url, cfg["against"]["commit"], tree)
-        results["postgresql"] = run_part("postgresql", url, cfg)
+        # The pooler part in a process of its own, the only one behind a PgBouncer.
+        direct = [part for part in cfg["parts"] if part != "pooler"]
+        results["postgresql"] = run_part("postgresql", url, {**cfg, "parts": direct}) if direct else {}
+        if "pooler" in cfg["parts"]:
+            pooled = run_part("postgresql", url, {**cfg, "parts": ["pooler"]}, under_pgbouncer=True)
+            results["postgresql"].update(pooled)
     if args.only in (None, "sqlite"):
         sqlite_file = ROOT / "var" / "bench.sqlite3"
         for suffix in ("", "-wal", "-shm"):
@@ -203,6 +232,11 @@ def main() -> None:
             print_part(title, report.peer_rows(), samples)
         elif peers_skipped:
             print(f"{peers_skipped}\n")
+        if "pooler" in cfg["parts"]:
+            title = f"PostgreSQL: an idle worker's pickup behind PgBouncer {pgbouncer.version()}"
+            print_part(title, report.pooler_rows(), samples, notes=report.pooler_notes(cfg))
+        elif pooler_skipped:
+            print(f"{pooler_skipped}\n")
     if "sqlite" in results:
         samples = results["sqlite"]
         print(report.render("SQLite", report.sqlite_rows(samples, cfg["sqlite_concurrencies"]), samples))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
+
+from django.db import connection
 
 from django_jobqueue import job
 
@@ -32,3 +35,28 @@ def spin(n: int) -> int:
     for i in range(n):
         total += i
     return total
+
+
+@job(name="bench.query", takes_context=True)
+def query(ctx: Any, seconds: float, hold: bool = True, progress: bool = False) -> None:
+    """Query the database for ``seconds`` (``hold``), or query once and then work ``seconds`` in Python.
+
+    ``progress``: report progress first, as a long job does (the worker's progress writer
+    then holds a connection). For the connections counted by ``bench/connections.py``.
+    """
+    if progress:
+        ctx.progress(0, 1, "started")
+    with connection.cursor() as cursor:
+        if hold:
+            cursor.execute("SELECT pg_sleep(%s)", [seconds])
+        else:
+            cursor.execute("SELECT 1")
+            time.sleep(seconds)
+
+
+@job(name="bench.query_fails", max_attempts=1)
+def query_fails(seconds: float) -> None:
+    """Query the database for ``seconds``, then fail: the worker records a dead letter."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(%s)", [seconds])
+    raise RuntimeError("bench.query_fails fails, as it is meant to")

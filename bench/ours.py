@@ -90,15 +90,23 @@ def copy_until(count: int, have: int) -> None:
     analyze()
 
 
-def pickup(database_url: str, env: dict[str, str], jobs: int, gap: float, tmp: Path) -> list[float]:
-    """Seconds from an ``enqueue()``'s commit to an idle worker starting the job."""
+def pickup(env: dict[str, str], jobs: int, gap: float, tmp: Path, ready: str | None = None) -> list[float]:
+    """Seconds from an ``enqueue()``'s commit to an idle worker starting the job.
+
+    ``ready``: a pattern of the worker's log to wait for before the first job
+    (its listener's verdict on its probe); without it, a second after its start line.
+    """
     reset()
     path = tmp / "stamps.txt"
     path.unlink(missing_ok=True)
     worker = LongRunningWorker([], env)
     try:
         worker.wait_started()
-        time.sleep(1.0)  # the listener connects in its own thread after the start line
+        if ready is None:
+            time.sleep(1.0)  # the listener connects in its own thread after the start line
+        else:
+            worker.wait_for_log(ready)
+            time.sleep(0.2)  # the claiming round its listener's verdict may have started is over
         committed: dict[int, float] = {}
         for n in range(jobs):
             time.sleep(gap)

@@ -26,7 +26,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from . import against, flow, ours, pgqueuer_peer, processes, raw, raw_sqlite  # noqa: E402
+from . import against, flow, ours, pgqueuer_peer, pooler, processes, raw, raw_sqlite  # noqa: E402
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
 from .worker import drain, worker_env  # noqa: E402
 
@@ -97,6 +97,8 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         measure_against(cfg, samples)
     if "peers" in cfg["parts"]:
         pgqueuer_peer.measure(cfg, url, samples)
+    if "pooler" in cfg["parts"]:
+        pooler.measure(cfg, url, samples)
     ours.reset()
     return samples
 
@@ -131,7 +133,7 @@ def measure_queue(cfg: dict[str, Any], url: str, samples: Samples) -> None:
             samples["raw_claim_ack_100_defaults"].append(raw_just_before(info, n_drain))
             drain_at_defaults(env, n_drain, samples)
             raw_latencies = raw.listen_pickup(info, cfg["pickup_jobs"], cfg["pickup_gap"])
-            our_latencies = ours.pickup(url, env, cfg["pickup_jobs"], cfg["pickup_gap"], Path(tmp))
+            our_latencies = ours.pickup(env, cfg["pickup_jobs"], cfg["pickup_gap"], Path(tmp))
             for name, latencies in (("raw_pickup", raw_latencies), ("pickup", our_latencies)):
                 for label, fraction in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
                     samples[f"{name}_{label}"].append(percentile(latencies, fraction) * 1000)

@@ -93,7 +93,7 @@ def paired(samples: Samples, rows: list[Row]) -> str:
     lines = []
     for row in rows:
         ours, base = samples.get(row.ours) or [], samples.get(row.base or "") or []
-        if row.unit != "/s" or not ours or len(ours) != len(base):
+        if row.unit not in ("/s", "ms") or not ours or len(ours) != len(base):
             continue
         ratios = [o / b for o, b in zip(ours, base, strict=True) if b]
         each = " · ".join(f"{ratio:.2f}×" for ratio in ratios)
@@ -267,6 +267,62 @@ def peer_rows() -> list[Row]:
         Row("runworker at defaults vs pgqueuer --batch-size 100", "peer_ours", "peer_pgqueuer_b100", "/s"),
         Row("peak RSS at defaults: runworker vs pgqueuer", "peer_ours_rss", "peer_pgqueuer_rss", "MB"),
     ]
+
+
+def pooler_rows() -> list[Row]:
+    """An idle worker's pickup behind PgBouncer (bench/pooler.py), each against the direct one's."""
+    return [
+        Row(
+            "idle pickup p50: behind PgBouncer, LISTEN direct, vs direct",
+            "pooler_pooled_listen_p50",
+            "pooler_direct_p50",
+            "ms",
+            "≤ 2×",
+            lambda _o, r: r is not None and r <= 2,
+        ),
+        Row(
+            "idle pickup p95: behind PgBouncer, LISTEN direct, vs direct",
+            "pooler_pooled_listen_p95",
+            "pooler_direct_p95",
+            "ms",
+        ),
+        # The pooler's settings without the pooler: what of the above is theirs, not the hop's.
+        Row(
+            "idle pickup p50: direct, the pooler's settings, vs direct",
+            "pooler_direct_unprepared_p50",
+            "pooler_direct_p50",
+            "ms",
+        ),
+        Row(
+            "idle pickup p50: behind PgBouncer, LISTEN direct, vs direct with its settings",
+            "pooler_pooled_listen_p50",
+            "pooler_direct_unprepared_p50",
+            "ms",
+        ),
+        # For contrast: no direct alias, a LISTEN through the pooler that hears nothing.
+        Row(
+            "idle pickup p50: behind PgBouncer, deaf, vs direct",
+            "pooler_pooled_deaf_p50",
+            "pooler_direct_p50",
+            "ms",
+        ),
+        Row(
+            "idle pickup p95: behind PgBouncer, deaf, vs direct",
+            "pooler_pooled_deaf_p95",
+            "pooler_direct_p95",
+            "ms",
+        ),
+    ]
+
+
+def pooler_notes(cfg: dict[str, Any]) -> str:
+    return (
+        f"Each: {cfg['pickup_jobs']} jobs {cfg['pickup_gap'] * 1000:g} ms apart, one idle runworker at its "
+        "defaults. Direct: worker and producer on PostgreSQL. Behind PgBouncer (transaction mode): worker "
+        "and producer through it, with the pooler's settings (PREPARED_STATEMENTS off, no server-side "
+        "cursors); LISTEN direct = LISTEN_DATABASE on a direct alias; deaf = none, the worker polls "
+        "every --poll-interval (1 s). Direct with the pooler's settings: those settings, no pooler."
+    )
 
 
 def flow_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:

@@ -157,6 +157,15 @@ class LongRunningWorker:
                 raise RuntimeError(f"runworker did not start:\n{self.log_path.read_text(errors='replace')}")
             time.sleep(0.02)
 
+    def wait_for_log(self, pattern: str, timeout: float = 30.0) -> None:
+        """Wait until a line of the worker's log matches ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.log_path.read_text(errors="replace")):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log_path.read_text(errors="replace")
+                raise RuntimeError(f"runworker did not log {pattern!r}:\n{log[-3000:]}")
+            time.sleep(0.02)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -202,6 +202,12 @@ class Supervisor:
                     self._claim_loop()
                 finally:
                     self.completer.reporter.stop_holding()
+                    # The listener and the scheduler only feed the claiming loop: their connections
+                    # close before the completer opens its own, which keeps a stopping worker within
+                    # the connection budget (docs/workers.md).
+                    self.wakeup.stop()
+                    if self.scheduler is not None:
+                        self.scheduler.stop()
                     # No more claims to carry the slots' acks: the completer's thread writes them.
                     self.completer.start()
                 self.clean = self._drain()
@@ -363,9 +369,6 @@ class Supervisor:
     # -- stopping --------------------------------------------------------------
 
     def _drain(self) -> bool:
-        self.wakeup.stop()
-        if self.scheduler is not None:
-            self.scheduler.stop()
         # --burst / --max-jobs: let every claimed job finish, unless a signal cuts it short.
         while not self._signalled.is_set() and not self.running.wait_empty(timeout=0.2):
             pass

@@ -148,7 +148,13 @@ class Executor:
         try:
             if runner is not None:
                 attempt = runner.attempt(job, control, reporter(control, self.progress))
-                return self._finish(job, control, attempt, queried=False)
+                try:
+                    return self._finish(job, control, attempt, queried=False)
+                finally:
+                    if self.tends_connections:
+                        # What recording the outcome opened here (a retry, a dead letter) closes
+                        # as a job's connection does: at CONN_MAX_AGE 0 an idle slot holds none.
+                        close_held_connections()
             return self._run_here(job, control)
         finally:
             self.attempts.remove(control)
