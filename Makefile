@@ -49,7 +49,8 @@ PG_URL_PGBOUNCER ?= $(PG_URL)_pgbouncer
 PGBOUNCER_TESTS ?= tests/test_pooler.py tests/test_worker_basic.py tests/test_worker_faults.py \
 	tests/test_worker_signals.py tests/test_worker_console.py tests/test_flow_*.py tests/test_schedules_*.py \
 	tests/test_dependencies.py tests/test_batches_workers.py tests/faults/test_sigkill_chaos.py \
-	tests/faults/test_stale_owner.py tests/faults/test_batch_kills.py tests/test_worker_listen.py
+	tests/faults/test_stale_owner.py tests/faults/test_batch_kills.py tests/test_worker_listen.py \
+	tests/test_worker_budget.py tests/test_several_databases.py
 SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-versions
 POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres) test-pgbouncer test-wheel
 

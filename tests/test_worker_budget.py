@@ -38,13 +38,20 @@ def test_the_listener_and_the_scheduler_close_before_the_completer_opens(postgre
             start()
 
         supervisor.completer.start = start_completer  # type: ignore[method-assign]
-        claimer = threading.Thread(target=supervisor.run)
+        # A daemon, and stopped whatever happens: a claiming loop left running would hold the test
+        # process open at its exit.
+        claimer = threading.Thread(target=supervisor.run, daemon=True)
         claimer.start()
-        wait_until(
-            lambda: listener.state == "live" and scheduler.synced, 10, "the listener and the scheduler"
-        )
-        supervisor.request_stop("test")
-        claimer.join(30)
+        try:
+            # Probed: live on a direct connection, deaf behind a pooler; running either way.
+            wait_until(
+                lambda: listener.state in ("live", "deaf") and scheduler.synced,
+                10,
+                "the listener and the scheduler",
+            )
+        finally:
+            supervisor.request_stop("test")
+            claimer.join(30)
 
     assert not claimer.is_alive()
     assert alive_at_completer_start == [(False, False)]
