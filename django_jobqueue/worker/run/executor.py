@@ -124,8 +124,7 @@ class Executor:
         # runs to its end whatever its timeout.
         self.watchdog = watchdog
         self.cancel_grace = cancel_grace
-        # runworker --metrics-port's: counts each outcome. None costs one comparison per job.
-        self.observer: OutcomeObserver | None = None
+        self.observer: OutcomeObserver | None = None  # runworker --metrics-port's: counts each outcome
         # runworker's ProgressWriter writes the jobs' ctx.progress() reports; without one, each
         # job's own thread does (progress.py).
         self.progress = progress if progress is not None else DirectProgress(client, worker_id)
@@ -151,9 +150,7 @@ class Executor:
                 try:
                     return self._finish(job, control, attempt, queried=False)
                 finally:
-                    if self.tends_connections:
-                        # What recording the outcome opened here (a retry, a dead letter) closes
-                        # as a job's connection does: at CONN_MAX_AGE 0 an idle slot holds none.
+                    if self.tends_connections:  # what writing a retry or a dead letter opened: CONN_MAX_AGE
                         close_held_connections()
             return self._run_here(job, control)
         finally:
