@@ -126,6 +126,33 @@ def print_part(title: str, rows: list[report.Row], samples: report.Samples, note
     print()
 
 
+def optional_part(
+    parser: argparse.ArgumentParser,
+    only: str | None,
+    cfg: dict[str, Any],
+    part: str,
+    what: str,
+    missing: str | None,
+) -> str:
+    """Add ``part``, which needs what may not be installed, to a full or PostgreSQL run.
+
+    Where ``missing`` says what is not installed: ``--only part`` is an error, and a
+    full or PostgreSQL run goes on without it; return the line that says so (printed
+    now, and again under the tables), else "".
+    """
+    if missing is None:
+        if only in (None, "postgresql"):
+            cfg["parts"].append(part)
+        return ""
+    if only == part:
+        parser.error(f"--only {part}: {missing}")
+    if only not in (None, "postgresql"):
+        return ""
+    skipped = f"{what}: skipped, {missing}"
+    print(skipped, file=sys.stderr)
+    return skipped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, one run: for iterating")
@@ -157,24 +184,14 @@ def main() -> None:
         "peers": ["peers"],
         "pooler": ["pooler"],
     }.get(args.only or "", ["queue", "pool", "flow"])
-    peers_skipped = ""
-    if pgqueuer_version() is None:
-        if args.only == "peers":
-            parser.error(f"--only peers: {NO_PGQUEUER}")
-        if args.only in (None, "postgresql"):
-            peers_skipped = f"runworker against pgqueuer: skipped, {NO_PGQUEUER}"
-            print(peers_skipped, file=sys.stderr)
-    elif args.only in (None, "postgresql"):
-        cfg["parts"].append("peers")
-    pooler_skipped = ""
-    if pgbouncer.binary() is None:
-        if args.only == "pooler":
-            parser.error(f"--only pooler: {pgbouncer.NOT_INSTALLED}")
-        if args.only in (None, "postgresql"):
-            pooler_skipped = f"pickup behind PgBouncer: skipped, {pgbouncer.NOT_INSTALLED}"
-            print(pooler_skipped, file=sys.stderr)
-    elif args.only in (None, "postgresql"):
-        cfg["parts"].append("pooler")
+    missing_pgqueuer = NO_PGQUEUER if pgqueuer_version() is None else None
+    peers_skipped = optional_part(
+        parser, args.only, cfg, "peers", "runworker against pgqueuer", missing_pgqueuer
+    )
+    missing_pgbouncer = pgbouncer.NOT_INSTALLED if pgbouncer.binary() is None else None
+    pooler_skipped = optional_part(
+        parser, args.only, cfg, "pooler", "pickup behind PgBouncer", missing_pgbouncer
+    )
     if args.against:
         commit = against.resolve(args.against)
         cfg["against"] = {"ref": args.against, "commit": commit, "tree": str(against.export(commit))}
