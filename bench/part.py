@@ -38,11 +38,6 @@ def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def conninfo(database_url: str) -> str:
     # psycopg takes the URL as it is, less the scheme spelling django-environ allows.
     return database_url.replace("postgres://", "postgresql://", 1)
@@ -136,7 +131,7 @@ def measure_queue(cfg: dict[str, Any], url: str, samples: Samples) -> None:
             our_latencies = ours.pickup(env, cfg["pickup_jobs"], cfg["pickup_gap"], Path(tmp))
             for name, latencies in (("raw_pickup", raw_latencies), ("pickup", our_latencies)):
                 for label, fraction in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
-                    samples[f"{name}_{label}"].append(percentile(latencies, fraction) * 1000)
+                    samples[f"{name}_{label}"].append(raw.percentile(latencies, fraction) * 1000)
         best = best_concurrency(samples, cfg["concurrencies"])
         samples["best_concurrency"] = [float(best)]
         # Delete-on-ack against keep-and-prune, at the best concurrency.

@@ -39,6 +39,7 @@ from django.db import connection
 from django.test import override_settings
 
 from . import ours
+from .raw import percentile
 from .worker import worker_env
 
 Samples = dict[str, list[float]]
@@ -52,11 +53,6 @@ PERCENTILES = (("p50", 0.5), ("p95", 0.95))
 
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def pooled_url() -> str:

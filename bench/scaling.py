@@ -32,7 +32,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,7 +163,7 @@ class Sampler:
 
 
 def run_setup(urls: list[str], counts: tuple[int, int], jobs: int, concurrency: int) -> Figures:
-    from .worker import _JOB_LINE, spawn, worker_env
+    from .worker import outcomes_in_log, spawn, worker_env
 
     names = [url.rsplit("/", 1)[1] for url in urls]
     for alias, count in zip(("default", "second"), counts, strict=True):
@@ -189,10 +188,7 @@ def run_setup(urls: list[str], counts: tuple[int, int], jobs: int, concurrency: 
         sampler.thread.join()
         wal = wal_lsn() - wal
         stamps = [
-            datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            for log in logs
-            for line in log.read_text(errors="replace").splitlines()
-            if (match := _JOB_LINE.match(line))
+            stamp for log in logs for stamp, _outcome in outcomes_in_log(log.read_text(errors="replace"))
         ]
     if len(stamps) != jobs:
         raise RuntimeError(f"{len(stamps)} outcomes logged for {jobs} jobs")

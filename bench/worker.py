@@ -131,13 +131,19 @@ def watch(
     return peak, ""
 
 
+def outcomes_in_log(log: str) -> list[tuple[float, str]]:
+    """When each job line of a worker's log was written (a Unix time), and its outcome."""
+    return [
+        (datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp(), match.group(2))
+        for line in log.splitlines()
+        if (match := _JOB_LINE.match(line))
+    ]
+
+
 def measured_from_log(log: str, wall: float, peak: float) -> Drain:
-    stamps, done = [], 0
-    for line in log.splitlines():
-        match = _JOB_LINE.match(line)
-        if match:
-            stamps.append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
-            done += match.group(2) == "done"
+    outcomes = outcomes_in_log(log)
+    stamps = [stamp for stamp, _outcome in outcomes]
+    done = sum(outcome == "done" for _stamp, outcome in outcomes)
     span = max(stamps) - min(stamps) if stamps else 0.0
     return Drain(len(stamps), done, span, wall, peak)
 
