@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 from django.db.utils import load_backend
 
-from .conf import DEFAULTS, QUEUE_DATABASE, jobqueue_settings
+from .conf import DEFAULTS, QUEUE_DATABASE, jobqueue_settings, queue_databases
 from .queue.flow import parse_queues
 from .queue.validation import (
     check_max_attempts,
@@ -122,6 +123,7 @@ def check_jobqueue_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
     errors.extend(metrics_token_errors())
     errors.extend(synchronous_commit_errors())
     errors.extend(sqlite_version_errors())
+    errors.extend(mysql_settings_errors())
     errors.extend(listen_database_errors())
     if not isinstance(jobqueue_settings.PREPARED_STATEMENTS, bool):
         errors.append(
@@ -197,13 +199,93 @@ def sqlite_version_errors(
     ]
 
 
+MYSQL_HINT = "See docs/databases.md#mysql-and-mariadb."
+
+
+def _mysql_queue_databases(databases: Mapping[str, Any]) -> list[str]:
+    return [
+        alias for alias in queue_databases() if alias in databases and _vendor(databases[alias]) == "mysql"
+    ]
+
+
+def mysql_settings_errors(databases: Mapping[str, Any] | None = None) -> list[CheckMessage]:
+    """Errors when a MySQL or MariaDB queue database is set to another isolation level or charset.
+
+    Under REPEATABLE READ, InnoDB's gap locks make concurrent claims and
+    inserts wait on and deadlock with each other; Django's default, READ
+    COMMITTED, is the level the queue's statements are written for. Text is
+    utf8mb4, Django's default: utf8 (utf8mb3) cannot hold an emoji in a payload.
+    """
+    databases = settings.DATABASES if databases is None else databases
+    errors: list[CheckMessage] = []
+    for alias in _mysql_queue_databases(databases):
+        options = databases[alias].get("OPTIONS", {})
+        level = str(options.get("isolation_level", "read committed") or "").lower()
+        if level != "read committed":
+            errors.append(
+                Error(
+                    f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {level or None!r}; "
+                    "the queue needs 'read committed', Django's default on MySQL and MariaDB.",
+                    hint=MYSQL_HINT,
+                    id="django_jobqueue.E020",
+                )
+            )
+        charset = str(options.get("charset", "utf8mb4")).lower()
+        if charset != "utf8mb4":
+            errors.append(
+                Error(
+                    f"DATABASES[{alias!r}]['OPTIONS']['charset'] is {charset!r}; the queue needs 'utf8mb4'.",
+                    hint=MYSQL_HINT,
+                    id="django_jobqueue.E022",
+                )
+            )
+    return errors
+
+
+# SKIP LOCKED came in MariaDB 10.6 and MySQL 8.0.1; Django 5.2 itself needs MySQL 8.0.11.
+MIN_MARIADB_VERSION = (10, 6)
+MIN_MYSQL_VERSION = (8, 0, 11)
+
+
+@register(Tags.database)
+def check_mysql_version(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """An error when a MySQL or MariaDB queue database is older than the queue needs (it connects)."""
+    errors: list[CheckMessage] = []
+    for alias in _mysql_queue_databases(settings.DATABASES):
+        if alias not in (databases or ()):
+            continue
+        connection: Any = connections[alias]
+        mariadb = connection.mysql_is_mariadb
+        needed = MIN_MARIADB_VERSION if mariadb else MIN_MYSQL_VERSION
+        found = tuple(connection.mysql_version)
+        errors.extend(mysql_version_errors(alias, "MariaDB" if mariadb else "MySQL", found, needed))
+    return errors
+
+
+def mysql_version_errors(
+    alias: str, server: str, found: tuple[int, ...], needed: tuple[int, ...]
+) -> list[CheckMessage]:
+    if found >= needed:
+        return []
+    return [
+        Error(
+            f"The queue's database {alias!r} is {server} {'.'.join(map(str, found))}; django-jobqueue "
+            f"needs {server} {'.'.join(map(str, needed))} or later (SELECT … FOR UPDATE SKIP LOCKED).",
+            hint=MYSQL_HINT,
+            id="django_jobqueue.E021",
+        )
+    ]
+
+
 LISTEN_HINT = "See docs/settings.md#listen_database."
 
 
 def _vendor(database: Mapping[str, Any]) -> str | None:
     """The vendor of a ``DATABASES`` entry, read off its backend without connecting; None if it won't load."""
+    if not database.get("ENGINE"):
+        return None
     try:
-        return str(load_backend(database.get("ENGINE", "")).DatabaseWrapper.vendor)
+        return str(load_backend(database["ENGINE"]).DatabaseWrapper.vendor)
     except (ImportError, ImproperlyConfigured):
         return None
 

@@ -6,6 +6,9 @@ them freely through the ORM.
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.checks import CheckMessage
 from django.db import models
 from django.db.models import Q
 
@@ -25,8 +28,23 @@ class JobStatus(models.TextChoices):
 LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING)
 FINISHED_STATUSES = (JobStatus.DONE, JobStatus.CANCELLED)
 
+# Django's warnings that MySQL and MariaDB make no index or unique constraint with a
+# condition: migration 0018 puts the queue's own in their place there.
+_FITTED_BY_ENGINE = frozenset({"models.W036", "models.W037"})
 
-class Job(models.Model):
+
+class ConditionalIndexes(models.Model):
+    """A model whose partial indexes another database gets from its engine (migration 0018)."""
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def check(cls, **kwargs: Any) -> list[CheckMessage]:
+        return [message for message in super().check(**kwargs) if message.id not in _FITTED_BY_ENGINE]
+
+
+class Job(ConditionalIndexes):
     """A unit of work, from enqueue until it is done (or moves to the dead letters)."""
 
     id = models.BigAutoField(primary_key=True)
@@ -170,7 +188,7 @@ class Job(models.Model):
         return f"{self.name} #{self.pk} ({self.status})"
 
 
-class DeadLetter(models.Model):
+class DeadLetter(ConditionalIndexes):
     """A job that failed for good: everything needed to investigate and replay it."""
 
     id = models.BigAutoField(primary_key=True)
@@ -222,7 +240,7 @@ class DeadLetter(models.Model):
         return f"{self.name} (job #{self.job_id}) failed"
 
 
-class Batch(models.Model):
+class Batch(ConditionalIndexes):
     """Jobs enqueued in one ``with batch(...)`` block, and the callback enqueued once all have finished.
 
     ``total`` is fixed when the block ends; ``done``, ``failed`` and

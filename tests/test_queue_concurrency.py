@@ -11,12 +11,12 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from django.db import connection
 from django.utils import timezone
 
 from django_jobqueue import QueueClient, enqueue, enqueue_many
 from django_jobqueue.models import Job
 from tests.racing import run_threads
+from tests.worker_support import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,13 +61,8 @@ def test_concurrent_tickers_handle_each_expired_claim_once(queue):
 
 def subprocess_env() -> dict[str, str]:
     """Environment for a child process that uses this test run's database."""
-    settings = connection.settings_dict
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="testproject.settings", PYTHONPATH=str(ROOT))
-    if connection.vendor == "sqlite":
-        env["DATABASE_URL"] = f"sqlite:///{settings['NAME']}"
-    else:
-        user, host, port = settings["USER"], settings["HOST"], settings["PORT"]
-        env["DATABASE_URL"] = f"postgres://{user}@{host}:{port}/{settings['NAME']}"
+    env["DATABASE_URL"] = database_url()
     return env
 
 

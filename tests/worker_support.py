@@ -31,7 +31,8 @@ def database_url(alias: str = "default") -> str:
     password = f":{quote(settings['PASSWORD'])}" if settings.get("PASSWORD") else ""
     host = settings.get("HOST") or "127.0.0.1"
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
-    return f"postgres://{user}{password}@{host}{port}/{quote(settings['NAME'])}"
+    scheme = "mysql" if connections[alias].vendor == "mysql" else "postgres"
+    return f"{scheme}://{user}{password}@{host}{port}/{quote(settings['NAME'])}"
 
 
 def run_manage(*args: str, env: Mapping[str, str], root: Path = ROOT) -> subprocess.CompletedProcess[str]:

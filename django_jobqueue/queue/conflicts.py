@@ -12,6 +12,10 @@ own statements never move a row by ``UPDATE`` (``ops/moves.py``), but a
 worker of a release before 0011 does, and so does a project's own
 ``Job.objects.update(status=…)``.
 
+On MySQL and MariaDB the one conflict is InnoDB's deadlock (1213), which
+rolls back the whole transaction: outside the caller's transaction it is run
+again as here, inside it the error goes to the caller, whose work is gone.
+
 Either way the transaction was rolled back (or, inside the caller's, its
 savepoint) and nothing of it was written, so the transition is run again, a
 few times, after a short pause that grows and is jittered so that the two
@@ -42,21 +46,22 @@ P = ParamSpec("P")
 
 def is_conflict(using: str, error: BaseException) -> bool:
     """Whether ``error`` is a deadlock or serialization failure the database of ``using`` reported."""
-    code = _sqlstate(error)
-    return code is not None and code in engine_for(connections[using]).conflict_codes
+    engine = engine_for(connections[using])
+    return engine.error_code(error.__cause__) in engine.conflict_codes
 
 
 def is_lock_timeout(using: str, error: BaseException) -> bool:
     """Whether ``error`` is a lock not granted within the transaction's lock timeout."""
-    code = _sqlstate(error)
-    return code is not None and code == engine_for(connections[using]).lock_timeout_code
+    engine = engine_for(connections[using])
+    code = engine.error_code(error.__cause__)
+    return code is not None and code == engine.lock_timeout_code
 
 
-def _sqlstate(error: BaseException) -> str | None:
-    """The SQLSTATE of the driver's error behind Django's (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
-    cause = error.__cause__
-    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    return str(code) if code is not None else None
+def is_duplicate_key(using: str, error: BaseException) -> bool:
+    """Whether ``error`` is an insert a unique index refused (where there is no ON CONFLICT)."""
+    engine = engine_for(connections[using])
+    code = engine.error_code(error.__cause__)
+    return code is not None and code == engine.duplicate_key_code
 
 
 def run_retrying(using: str, operation: Callable[[], T]) -> T:
@@ -70,7 +75,10 @@ def run_retrying(using: str, operation: Callable[[], T]) -> T:
     other error at once.
     """
     connection = connections[using]
-    if not engine_for(connection).conflict_codes:
+    engine = engine_for(connection)
+    if not engine.conflict_codes or (engine.conflict_ends_transaction and connection.in_atomic_block):
+        # InnoDB's deadlock rolls back the caller's whole transaction: only the caller
+        # can run it again, and the error tells it so.
         return operation()
     pause = FIRST_PAUSE
     for attempt in range(1, ATTEMPTS + 1):
@@ -104,4 +112,4 @@ def retried(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P
     return run
 
 
-__all__ = ["ATTEMPTS", "is_conflict", "is_lock_timeout", "retried", "run_retrying"]
+__all__ = ["ATTEMPTS", "is_conflict", "is_duplicate_key", "is_lock_timeout", "retried", "run_retrying"]

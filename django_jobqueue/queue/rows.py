@@ -61,6 +61,8 @@ def _converter(field: models.Field[Any, Any]) -> Callable[[Any], Any] | None:
         return _to_json
     if isinstance(field, models.DateTimeField):
         return to_datetime
+    if isinstance(field, models.BooleanField):
+        return bool  # MySQL's tinyint comes back 0 or 1
     if isinstance(field, models.FloatField):
         # SQLite returns 30 for 30.0; a nullable one (timeout) may be NULL.
         return _to_float_or_none if field.null else float

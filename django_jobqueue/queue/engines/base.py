@@ -46,12 +46,27 @@ class Engine:
     # apart, each with only the indexes read there. A change between the two moves the row
     # (``ops/moves.py``); new jobs that a unique key may keep out go straight to the live one.
     finished_jobs_apart: bool = False
+    # RETURNING on an UPDATE, a DELETE, an INSERT: the rows a statement changed, from the
+    # statement itself. Without it, the statement is a locking read of the rows' ids, the
+    # change by id, and a read of what it returns, in one transaction (``ops/returning.py``).
+    supports_update_returning: bool = False
+    supports_delete_returning: bool = False
+    supports_insert_returning: bool = False
+    # INSERT … ON CONFLICT on the partial unique index of live jobs' keys: a row whose key a
+    # live job holds is left out. Without it, the holders are read first and a unique index
+    # on a generated column refuses the rest (``duplicate_key_code``), read again then.
+    supports_on_conflict: bool = False
 
     # The SQLSTATEs of a statement given up for meeting another transaction (a deadlock,
     # a serialization failure): the transition is run again (``queue/conflicts.py``).
     conflict_codes: frozenset[str] = frozenset()
     # The SQLSTATE of a lock not granted within the transaction's lock timeout.
     lock_timeout_code: str = ""
+    # A conflict rolls back the whole transaction, not the statement alone (InnoDB's
+    # deadlock): one met inside the caller's transaction cannot be tried again there.
+    conflict_ends_transaction: bool = False
+    # The error of an insert that a unique index refused (where there is no ON CONFLICT).
+    duplicate_key_code: str = ""
 
     # Statements that run now the work a transaction deferred to its commit (the dependency
     # mark's trigger, migration 0012), then defer it again: a test's transaction never
@@ -59,6 +74,14 @@ class Engine:
     fire_deferred: tuple[str, ...] = ()
 
     # -- SQL fragments -----------------------------------------------------------
+
+    # A claim's ORDER BY of due jobs, as the claim index reads it.
+    claim_order: str = "priority DESC, run_at, id"
+    # A condition added to a claim's WHERE that narrows its read of that index; "" for none.
+    claim_ranks: str = ""
+    # SQL true for a job without a concurrency key, and with one, as the claim indexes read it.
+    unkeyed: str = "concurrency_key IS NULL"
+    keyed: str = "concurrency_key IS NOT NULL"
 
     # The database's current time, as the statements write it.
     now: str = ""
@@ -117,6 +140,32 @@ class Engine:
     json_push_bounded_template: str = ""
     # SQL true where the JSON array ``array`` holds the number ``value``.
     json_array_has_template: str = ""
+
+    # The collation of a text column compared byte for byte ("" where text always is).
+    binary_collation: str = ""
+    # The errors of a ``schema_statements`` statement already run (a migration run again).
+    schema_done_codes: frozenset[str] = frozenset()
+
+    def schema_statements(self) -> list[str]:
+        """DDL this database needs after Django's own, to hold the queue (migration 0018)."""
+        return []
+
+    def unschema_statements(self) -> list[str]:
+        """``schema_statements`` undone."""
+        return []
+
+    def error_code(self, cause: BaseException | None) -> str | None:
+        """The code of the driver's error ``cause`` (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
+        code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        return str(code) if code is not None else None
+
+    def pairs(self, count: int) -> str:
+        """SQL of ``count`` pairs of parameters that ``(a, b) IN`` may test a row against."""
+        return "(VALUES " + ", ".join(["(%s, %s)"] * count) + ")"
+
+    def concat(self, *parts: str) -> str:
+        """SQL of the text ``parts`` (SQL expressions) joined; NULL if one is."""
+        return "(" + " || ".join(parts) + ")"
 
     def now_plus(self, seconds_sql: str) -> str:
         """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""

@@ -19,6 +19,10 @@ class PostgreSQLEngine(Engine):
     supports_json_object_agg = True
     supports_concurrent_writers = True
     finished_jobs_apart = True
+    supports_update_returning = True
+    supports_delete_returning = True
+    supports_insert_returning = True
+    supports_on_conflict = True
     # deadlock_detected, and serialization_failure: under READ COMMITTED, a row that
     # another transaction's UPDATE moved to the other partition while this one waited on it.
     conflict_codes = frozenset({"40P01", "40001"})

@@ -10,6 +10,11 @@ from .base import Engine
 
 class SQLiteEngine(Engine):
     vendor = "sqlite"
+    # RETURNING since SQLite 3.35 (check E017).
+    supports_update_returning = True
+    supports_delete_returning = True
+    supports_insert_returning = True
+    supports_on_conflict = True
 
     now = "(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now') || '000')"
     clock = now

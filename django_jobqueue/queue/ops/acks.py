@@ -18,6 +18,7 @@ from django.db import connections, transaction
 
 from ..engines import Engine, engine_for
 from ..native import run_bound
+from . import returning as returning_ops
 from .batches import Counts, record_outcomes
 from .dependencies import release_dependents
 from .moves import Change, transition, transition_cte
@@ -62,12 +63,30 @@ def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> b
 
     A job that others depend on releases them in the same transaction (``complete_releasing``).
     """
-    cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
-    cursor.execute(*_done(engine, f"{where} AND {NO_DEPENDENTS}", params, result_json, keep, "id"))
-    if cursor.fetchall():
+    if _run_done(using, f"{where} AND {NO_DEPENDENTS}", params, result_json, keep, "id"):
         return True
     return bool(complete_releasing(using, [(fence, result_json)], keep))
+
+
+def _run_done(
+    using: str, where: str, params: list[Any], result_json: str | None, keep: bool, returning: str
+) -> list[Any]:
+    """Run ``_done``'s ack of the claims ``where`` names; the rows it returns.
+
+    Where the database cannot return an ack's rows from the ack itself, the
+    rows are locked first, waiting on them as the ack itself would.
+    """
+    cursor, engine = cursor_and_engine(using)
+    if engine.supports_update_returning:
+        cursor.execute(*_done(engine, where, params, result_json, keep, returning))
+        return list(cursor.fetchall())
+    if not keep:
+        return returning_ops.delete_returning(using, JOB, where, params, returning, engine.for_update)
+    sets = ", ".join(f"{column} = {value}" for column, value in _done_columns(engine).items())
+    return returning_ops.update_returning(
+        using, JOB, f"{sets}, result = %s", [result_json], where, params, returning, engine.for_update
+    )
 
 
 def _done(
@@ -95,17 +114,12 @@ def complete_releasing(
     The ack of a job with dependents, and the retry of an ack the plain
     statement left out (a claim no longer current changes nothing here either).
     """
-    cursor, engine = cursor_and_engine(using)
     done: set[tuple[int, int]] = set()
     with transaction.atomic(using=using):
         releasing: list[int] = []
         for fence, result_json in acks:
             where, params = fence.where()
-            cursor.execute(
-                *_done(engine, where, params, result_json, keep, "id, claim_token, has_dependents")
-            )
-            row = cursor.fetchone()
-            if row is not None:
+            for row in _run_done(using, where, params, result_json, keep, "id, claim_token, has_dependents"):
                 done.add((row[0], row[1]))
                 if row[2]:
                     releasing.append(row[0])
@@ -149,14 +163,12 @@ def complete_counted(using: str, fence: Fence, result_json: str | None, keep: bo
     this one returns the job's batch and so runs in a transaction of its own,
     which also releases the job's dependents (``depends_on``) if it has any.
     """
-    cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
     with transaction.atomic(using=using):
-        cursor.execute(*_done(engine, where, params, result_json, keep, "id, batch_id, has_dependents"))
-        row = cursor.fetchone()
-        if row is None:
+        rows = _run_done(using, where, params, result_json, keep, "id, batch_id, has_dependents")
+        if not rows:
             return False
-        job_id, batch_id, has_dependents = row
+        job_id, batch_id, has_dependents = rows[0]
         if has_dependents:
             release_dependents(using, [job_id])
         if batch_id is not None:
@@ -209,12 +221,13 @@ def _ack_values(
     ``id, claim_token``; else every claim still held is acked and each row
     also says whether the job ``has_dependents``.
     """
-    pairs = ", ".join(["(%s, %s)"] * len(chunk))
     fence_params: list[Any] = [worker_id]
     fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
     held = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
-    fence = f"{held} AND (id, claim_token) IN (VALUES {pairs})"
+    fence = f"{held} AND (id, claim_token) IN {engine.pairs(len(chunk))}"
     returning = "id, claim_token" if plain else "id, claim_token, has_dependents"
+    if not engine.supports_update_returning:
+        return _ack_values_by_id(cursor, engine, chunk, keep, fence, fence_params, returning)
     if keep:
         results = [completion for completion in chunk if completion[2] is not None]
         result_sql, result_params = "NULL", []
@@ -228,6 +241,38 @@ def _ack_values(
     else:
         cursor.execute(f"DELETE FROM {JOB} WHERE {fence} RETURNING {returning}", fence_params)
     return list(cursor.fetchall())
+
+
+def _ack_values_by_id(
+    cursor: Any,
+    engine: Engine,
+    chunk: Sequence[tuple[int, int, str | None]],
+    keep: bool,
+    fence: str,
+    fence_params: list[Any],
+    returning: str,
+) -> list[Any]:
+    """``_ack_values`` where the ack cannot return its rows: those held by another transaction
+    (an operator's cancel, still open) are passed over, as a batch of acks does elsewhere."""
+    using = cursor.db.alias
+    if not keep:
+        return returning_ops.delete_returning(using, JOB, fence, fence_params, returning, engine.skip_locked)
+    with transaction.atomic(using=using):
+        cursor.execute(
+            f"SELECT id, claim_token FROM {JOB} WHERE {fence} ORDER BY id {engine.skip_locked}", fence_params
+        )
+        held = {(row[0], row[1]) for row in cursor.fetchall()}
+        ids = sorted(job_id for job_id, _token in held)
+        # By claim: a stale ack of the same job in this batch must not lend its result.
+        results = [completion for completion in chunk if completion[:2] in held and completion[2] is not None]
+        result_sql, result_params = "NULL", []
+        if results:
+            result_sql = f"CASE {' '.join('WHEN id = %s THEN %s' for _ in results)} END"
+            result_params = [value for job_id, _token, result in results for value in (job_id, result)]
+        sets = ", ".join(f"{column} = {value}" for column, value in _done_columns(engine).items())
+        return returning_ops.update_ids_returning(
+            using, JOB, f"{sets}, result = {result_sql}", result_params, ids, returning
+        )
 
 
 def acked_statement(cte: tuple[str, list[Any]]) -> tuple[str, list[Any]]:

@@ -36,11 +36,12 @@ def retry_later(
     False, changing nothing, if this claim is no longer current."""
     cursor, engine = cursor_and_engine(using)
     where, params = fence.where()
+    # The history first: MySQL assigns left to right, and the entry reads the owner.
     cursor.execute(
-        f"UPDATE {JOB} SET status = 'ready', run_at = {engine.now_plus('%s')}, "
-        f"locked_by = NULL, locked_until = NULL, last_error = %s, last_traceback = %s, "
-        f"attempt_history = {history.pushed_entry(engine, outcome, '%s')} WHERE {where}",
-        [delay, error, traceback, error, *params],
+        f"UPDATE {JOB} SET attempt_history = {history.pushed_entry(engine, outcome, '%s')}, "
+        f"status = 'ready', run_at = {engine.now_plus('%s')}, "
+        f"locked_by = NULL, locked_until = NULL, last_error = %s, last_traceback = %s WHERE {where}",
+        [error, delay, error, traceback, *params],
     )
     return cursor.rowcount == 1
 

@@ -16,8 +16,10 @@ from django.db import transaction
 from ...models import DeadLetter, Job
 from ..engines import Engine
 from ..rows import JOB_COLUMNS_SQL, job_from_row
+from . import returning as returning_ops
 from .batches import Counts, record_operator_outcomes, record_outcomes, tally
 from .dependencies import cancel_dependents, repoint_dependencies
+from .returning import locked_ids
 from .tables import (
     DEAD,
     INSERT_COLUMNS,
@@ -32,18 +34,40 @@ from .tables import (
 
 
 def move_to_dead_letters(
-    using: str, error_sql: str, traceback_sql: str, history_sql: str, where: str, lock: str, params: list[Any]
+    using: str,
+    error_sql: str,
+    traceback_sql: str,
+    history_sql: str,
+    where: str,
+    lock: str,
+    params: list[Any],
+    limit: int | None = None,
 ) -> int:
     """Copy the job rows matching ``where`` to the dead letters and delete them, atomically.
 
     ``history_sql`` is the attempt history the dead letter keeps (the job's,
     with its last attempt's entry: ``history.pushed_entry``). ``params`` fill
     ``error_sql``, ``traceback_sql``, ``history_sql`` and ``where``, in that order.
+    ``limit``: at most that many, passing over rows another transaction holds.
     """
     cursor, engine = cursor_and_engine(using)
+    where_params = params[len(params) - where.count("%s") :]
+    value_params = params[: len(params) - len(where_params)]
     with transaction.atomic(using=using):
+        if not engine.supports_update_returning:
+            # The rows locked by a read of their own, then moved by id (MySQL: no LIMIT in an IN subquery).
+            ids = locked_ids(
+                using, JOB, where, where_params, engine.skip_locked if limit else lock, limit=limit
+            )
+            if not ids:
+                return 0
+            where, where_params, lock = f"id IN ({marks(ids)})", ids, ""
+        elif limit is not None:
+            picked = f"SELECT id FROM {JOB} WHERE {where} LIMIT {int(limit)} {engine.skip_locked}"
+            where = f"id IN ({picked}) AND {where}"
+            where_params = [*where_params, *where_params]
         # Being a write, this statement takes SQLite's write lock before it reads.
-        cursor.execute(
+        insert = (
             f"INSERT INTO {DEAD} (job_id, name, queue, payload, priority, attempts, max_attempts, "
             "visibility_timeout, timeout, concurrency_key, concurrency_limit, enqueued_at, worker_id, "
             "error, traceback, failed_at, started_at, last_attempted_at, task_backend, worker_ids, "
@@ -52,16 +76,19 @@ def move_to_dead_letters(
             "concurrency_key, concurrency_limit, "
             f"created_at, locked_by, {error_sql}, {traceback_sql}, {engine.now}, "
             f"started_at, last_attempted_at, task_backend, worker_ids, {history_sql}, progress, "
-            "trace_context, batch_id "
-            f"FROM {JOB} WHERE {where} {lock} RETURNING job_id, batch_id",
-            params,
+            f"trace_context, batch_id FROM {JOB} WHERE {where} {lock}"
         )
-        moved = cursor.fetchall()
+        if engine.supports_insert_returning:
+            cursor.execute(f"{insert} RETURNING job_id, batch_id", [*value_params, *where_params])
+            moved = cursor.fetchall()
+        else:
+            cursor.execute(insert, [*value_params, *where_params])
+            moved = returning_ops.rows_of(using, JOB, where_params, "id, batch_id")
         job_ids = [row[0] for row in moved]
         # Deleted by id alone: this transaction holds their locks (the SKIP LOCKED in
         # ``where``, or ``lock``; on SQLite, the write lock) since it read them.
-        for ids in batched(job_ids, ROWS_PER_STATEMENT):
-            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(ids)})", ids)
+        for chunk in batched(job_ids, ROWS_PER_STATEMENT):
+            cursor.execute(f"DELETE FROM {JOB} WHERE id IN ({marks(chunk)})", chunk)
         # A dead letter of a batch counts as failed, in the transaction that made it one.
         failed = tally((batch_id, Counts(failed=1)) for _job_id, batch_id in moved)
         if failed:
@@ -193,15 +220,23 @@ def delete_dead_letter_batch(
     waited on a deleted one (``depends_on``) are cancelled, and theirs, in the
     same transaction.
     """
-    cursor, _ = cursor_and_engine(using)
+    cursor, engine = cursor_and_engine(using)
     matching_sql, matching_params = matching
     with transaction.atomic(using=using):
-        cursor.execute(
-            f"DELETE FROM {DEAD} WHERE id IN (SELECT id FROM {DEAD} WHERE id > %s "
-            f"AND id IN ({matching_sql}) ORDER BY id LIMIT %s) RETURNING id, job_id, name",
-            [after_id, *matching_params, limit],
-        )
-        deleted = [DeletedDeadLetter(*row) for row in sorted(cursor.fetchall())]
+        if engine.supports_update_returning:
+            cursor.execute(
+                f"DELETE FROM {DEAD} WHERE id IN (SELECT id FROM {DEAD} WHERE id > %s "
+                f"AND id IN ({matching_sql}) ORDER BY id LIMIT %s) RETURNING id, job_id, name",
+                [after_id, *matching_params, limit],
+            )
+            rows = cursor.fetchall()
+        else:
+            # MySQL: the dead letters locked by a read of their own (no LIMIT in an IN subquery).
+            where = f"id > %s AND id IN ({matching_sql})"
+            rows = returning_ops.delete_returning(
+                using, DEAD, where, [after_id, *matching_params], "id, job_id, name", engine.for_update, limit
+            )
+        deleted = [DeletedDeadLetter(*row) for row in sorted(rows)]
         cascade = cancel_dependents(using, [row.old_job_id for row in deleted])
         cancelled = tally((batch_id, Counts(cancelled=1)) for *_, batch_id in cascade)
         if cancelled:

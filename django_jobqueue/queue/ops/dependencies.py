@@ -41,7 +41,8 @@ from ...exceptions import DependencyError
 from ...models import Dependency, Job
 from ..engines import Engine
 from .enqueue import insert_jobs
-from .moves import Change, transition
+from .moves import Change, run_transition
+from .returning import delete_returning, update_returning
 from .tables import (
     DEAD,
     JOB,
@@ -110,8 +111,16 @@ def lock_dependencies(using: str, job_ids: Sequence[int]) -> set[int]:
     cursor, engine = cursor_and_engine(using)
     outstanding: set[int] = set()
     for chunk in batched(job_ids, ROWS_PER_STATEMENT):
-        cursor.execute(_outstanding_sql(engine, chunk), list(chunk))
-        outstanding.update(row[0] for row in cursor.fetchall())
+        if engine.for_key_share or engine.supports_update_returning:
+            cursor.execute(_outstanding_sql(engine, chunk), list(chunk))
+            rows = cursor.fetchall()
+        else:
+            # MySQL: no lock of a row's key alone; the row is locked and marked, as on SQLite.
+            live = f"id IN ({marks(chunk)}) AND status IN {UNFINISHED}"
+            rows = update_returning(
+                using, JOB, "has_dependents = TRUE", [], live, list(chunk), "id", engine.for_update
+            )
+        outstanding.update(row[0] for row in rows)
     rest = [job_id for job_id in job_ids if job_id not in outstanding]
     for chunk in batched(rest, ROWS_PER_STATEMENT):
         # Statements of their own: a job buried while the update above waited is a dead letter by now.
@@ -177,12 +186,15 @@ def release_dependents(using: str, job_ids: Sequence[int]) -> int:
     released = 0
     queues: list[str] = []
     for chunk in batched(held, ROWS_PER_STATEMENT):
-        cursor.execute(
-            f"UPDATE {JOB} SET status = 'ready' WHERE id IN ({marks(chunk)}) AND status = 'waiting' "
-            f"AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id) RETURNING queue",
+        rows = run_transition(
+            using,
+            Change({"status": "'ready'"}),
+            f"id IN ({marks(chunk)}) AND status = 'waiting' "
+            f"AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id)",
             list(chunk),
+            "queue",
+            in_place_only=True,
         )
-        rows = cursor.fetchall()
         released += len(rows)
         queues += [row[0] for row in rows]
     notify_queues(using, queues)
@@ -198,6 +210,11 @@ def _lock_dependents(using: str, job_ids: Sequence[int], pass_over: bool) -> lis
     dependents: set[int] = set()
     for chunk in batched(job_ids, ROWS_PER_STATEMENT):
         edges = f"dependency_id IN ({marks(chunk)})"
+        if not engine.supports_update_returning:
+            lock = engine.skip_locked if pass_over else engine.for_update
+            rows = delete_returning(using, EDGE, edges, list(chunk), "dependent_id", lock)
+            dependents.update(row[0] for row in rows)
+            continue
         if pass_over:
             edges = f"id IN (SELECT id FROM {EDGE} WHERE {edges} ORDER BY id {engine.skip_locked})"
         cursor.execute(f"DELETE FROM {EDGE} WHERE {edges} RETURNING dependent_id", list(chunk))
@@ -226,17 +243,18 @@ def cancel_dependents(using: str, job_ids: Sequence[int]) -> list[tuple[int, str
     while frontier:
         dependents: set[int] = set()
         for chunk in batched(frontier, ROWS_PER_STATEMENT):
-            cursor.execute(
-                f"DELETE FROM {EDGE} WHERE dependency_id IN ({marks(chunk)}) RETURNING dependent_id",
-                list(chunk),
-            )
-            dependents.update(row[0] for row in cursor.fetchall())
+            edges = f"dependency_id IN ({marks(chunk)})"
+            if engine.supports_delete_returning:
+                cursor.execute(f"DELETE FROM {EDGE} WHERE {edges} RETURNING dependent_id", list(chunk))
+                rows = cursor.fetchall()
+            else:
+                rows = delete_returning(using, EDGE, edges, list(chunk), "dependent_id", engine.for_update)
+            dependents.update(row[0] for row in rows)
         frontier = []
         for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
             cancel = Change({"status": "'cancelled'", "finished_at": engine.now})
             where = f"id IN ({marks(chunk)}) AND status = 'waiting'"
-            cursor.execute(*transition(engine, cancel, where, list(chunk), "id, name, queue, batch_id"))
-            rows = cursor.fetchall()
+            rows = run_transition(using, cancel, where, list(chunk), "id, name, queue, batch_id")
             cancelled += [(row[0], row[1], row[2], row[3]) for row in rows]
             frontier += [row[0] for row in rows]
         forget_waits_of(using, frontier)
@@ -285,19 +303,28 @@ def repair_waiting(using: str) -> int:
         f"OR NOT EXISTS (SELECT 1 FROM {JOB} WHERE {JOB}.id = {EDGE}.dependency_id) "
         f"AND NOT EXISTS (SELECT 1 FROM {DEAD} WHERE {DEAD}.job_id = {EDGE}.dependency_id))"
     )
-    cursor.execute(
-        f"DELETE FROM {EDGE} WHERE id IN (SELECT id FROM {EDGE} WHERE {settled} {engine.skip_locked}) "
-        f"AND {settled}"
-    )
     free = f"status = 'waiting' AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id)"
+    if not engine.supports_update_returning:
+        # MySQL: no subquery of the table a DELETE or UPDATE changes; the rows are locked first.
+        delete_returning(using, EDGE, settled, [], "id", engine.skip_locked)
+    else:
+        cursor.execute(
+            f"DELETE FROM {EDGE} WHERE id IN (SELECT id FROM {EDGE} WHERE {settled} {engine.skip_locked}) "
+            f"AND {settled}"
+        )
     released = 0
     while True:
         with transaction.atomic(using=using):
-            cursor.execute(
-                f"UPDATE {JOB} SET status = 'ready' WHERE id IN (SELECT id FROM {JOB} WHERE {free} "
-                f"LIMIT {REPAIR_BATCH} {engine.skip_locked_in_place}) AND {free} RETURNING queue"
-            )
-            rows = cursor.fetchall()
+            if not engine.supports_update_returning:
+                rows = update_returning(
+                    using, JOB, "status = 'ready'", [], free, [], "queue", engine.skip_locked, REPAIR_BATCH
+                )
+            else:
+                cursor.execute(
+                    f"UPDATE {JOB} SET status = 'ready' WHERE id IN (SELECT id FROM {JOB} WHERE {free} "
+                    f"LIMIT {REPAIR_BATCH} {engine.skip_locked_in_place}) AND {free} RETURNING queue"
+                )
+                rows = cursor.fetchall()
             notify_queues(using, [row[0] for row in rows])
         released += len(rows)
         if len(rows) < REPAIR_BATCH:

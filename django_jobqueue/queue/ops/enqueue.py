@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from ...models import Job
+from ..conflicts import is_duplicate_key
 from ..engines import Engine, engine_for
 from ..internals import init_signals_listened, instance_from_attrs
 from ..native import bound_cursor, fetch_rows
@@ -31,6 +32,7 @@ from ..rows import (
     NEW_JOB_FRESH_BY_NAME,
     datetime_as_read,
     job_from_row,
+    jobs_from_rows,
     jobs_from_values,
     to_datetime,
 )
@@ -45,6 +47,7 @@ from .tables import (
     NewJob,
     batched,
     cursor_and_engine,
+    marks,
     new_jobs_table,
 )
 
@@ -77,6 +80,8 @@ def _insert_chunk(
     connection: BaseDatabaseWrapper, chunk: Sequence[NewJob], trace_context: Mapping[str, str] | None
 ) -> list[Job]:
     engine = engine_for(connection)
+    if not engine.supports_on_conflict and any(new.unique_key is not None for new in chunk):
+        return _insert_past_holders(connection, engine, chunk, trace_context)
     if engine.supports_bound_cursor:
         cursor = bound_cursor(connection)
         if len(chunk) > 1 and engine.supports_array_params:
@@ -124,12 +129,67 @@ def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool, tr
         f"{trace_sql})"
         for run_at_sql in run_ats
     )
-    on_conflict = ON_LIVE_KEY_CONFLICT if keyed else ""
+    on_conflict = ON_LIVE_KEY_CONFLICT if keyed and engine.supports_on_conflict else ""
     notify = NOTIFY_RETURNING if engine.supports_listen_notify else ""
     return (
         f"INSERT INTO {new_jobs_table(engine)} ({columns}) VALUES {rows_sql} {on_conflict} "
         f"RETURNING {_INSERTED_RETURNING}{notify}"
     )
+
+
+def _insert_past_holders(
+    connection: BaseDatabaseWrapper,
+    engine: Engine,
+    chunk: Sequence[NewJob],
+    trace_context: Mapping[str, str] | None,
+) -> list[Job]:
+    """Insert ``chunk`` where there is no ``ON CONFLICT`` (MySQL): the live holders of its keys are
+    read first, and the rest inserted; a key taken meanwhile fails the insert, which is tried again.
+
+    The unique index of live jobs' keys (migration 0018) decides, as it does
+    elsewhere: of two producers of one key, one inserts and the other's insert
+    waits for it, fails if it committed, and reads the winner's job. The read
+    of the holders locks nothing, so a producer's open transaction holds no
+    live job's row.
+    """
+    using = connection.alias
+    keys = sorted({new.unique_key for new in chunk if new.unique_key is not None})
+    for _attempt in range(10):
+        held = _live_jobs_of_keys(using, keys)
+        fresh, taken = [], set(held)
+        for new in chunk:
+            if new.unique_key is None or new.unique_key not in taken:
+                fresh.append(new)
+                if new.unique_key is not None:
+                    taken.add(new.unique_key)
+        try:
+            # A savepoint: a refused insert leaves the caller's transaction usable.
+            with transaction.atomic(using=using):
+                cursor = connection.cursor()
+                inserted = _insert_values(connection, engine, cursor, fresh, trace_context) if fresh else []
+        except IntegrityError as error:
+            if not is_duplicate_key(using, error):
+                raise
+            continue
+        by_key = {**held, **{job.unique_key: job for job in inserted if job.unique_key is not None}}
+        unkeyed = iter(job for job in inserted if job.unique_key is None)
+        return [next(unkeyed) if new.unique_key is None else by_key[new.unique_key] for new in chunk]
+    raise RuntimeError(f"unique keys {keys[:5]!r} kept changing hands; enqueue again")
+
+
+def _live_jobs_of_keys(using: str, keys: Sequence[str]) -> dict[str, Job]:
+    """The live job holding each of ``keys`` that one does, by key."""
+    cursor, _ = cursor_and_engine(using)
+    held: dict[str, Job] = {}
+    for chunk in batched(keys, ROWS_PER_STATEMENT):
+        cursor.execute(
+            f"SELECT {JOB_COLUMNS_SQL} FROM {JOB} WHERE unique_key IN ({marks(chunk)}) AND status IN {LIVE}",
+            list(chunk),
+        )
+        held.update(
+            (job.unique_key, job) for job in jobs_from_rows(using, cursor.fetchall()) if job.unique_key
+        )
+    return held
 
 
 # The columns an insert returns: what the database chose. The rest of each Job

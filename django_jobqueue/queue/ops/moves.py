@@ -20,13 +20,15 @@ aliased as the job table.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engines import Engine
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL
-from .tables import FINISHED_JOBS, JOB, LIVE_JOBS
+from .returning import update_returning
+from .tables import FINISHED_JOBS, JOB, LIVE_JOBS, cursor_and_engine
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,59 @@ def transition(
         return in_place(change, where, where_params, returning)
     ctes, params = transition_cte(engine, "moved", change, where, where_params, returning, to_finished)
     return f"WITH {ctes} SELECT * FROM moved", params
+
+
+def run_transition(
+    using: str,
+    change: Change,
+    where: str,
+    where_params: Sequence[Any],
+    returning: str,
+    to_finished: bool = True,
+    in_place_only: bool = False,
+) -> list[Any]:
+    """Run ``transition`` (or, ``in_place_only``, ``in_place``) of the jobs ``where`` picks; its rows.
+
+    Where the database cannot return an UPDATE's rows, the jobs are locked first,
+    waiting on them as the UPDATE would (``ops/returning.py``).
+    """
+    cursor, engine = cursor_and_engine(using)
+    if not engine.supports_update_returning:
+        columns = reading_order(change.sets)
+        values, params = change.values(columns)
+        sets = ", ".join(f"{column} = {value}" for column, value in zip(columns, values, strict=True))
+        return update_returning(using, JOB, sets, params, where, where_params, returning, engine.for_update)
+    if in_place_only:
+        cursor.execute(*in_place(change, where, where_params, returning))
+    else:
+        cursor.execute(*transition(engine, change, where, where_params, returning, to_finished))
+    return list(cursor.fetchall())
+
+
+def reading_order(sets: Mapping[str, str]) -> list[str]:
+    """The columns of ``sets`` in an order that MySQL's UPDATE may assign them in.
+
+    MySQL assigns left to right, each expression reading the columns assigned
+    before it as already changed (PostgreSQL and SQLite read the row as it
+    was). A column is assigned only after every expression that reads it.
+    """
+    reads = {
+        column: {other for other in sets if other != column and re.search(rf"\b{other}\b", value)}
+        for column, value in sets.items()
+    }
+    ordered: list[str] = []
+    while len(ordered) < len(sets):
+        # Free to assign: read by no expression still to be assigned.
+        free = [
+            column
+            for column in sets
+            if column not in ordered
+            and not any(column in reads[other] for other in sets if other not in ordered and other != column)
+        ]
+        if not free:
+            raise ValueError(f"the assignments of {sorted(sets)} read each other in a circle")
+        ordered.append(free[0])
+    return ordered
 
 
 def in_place(

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from . import history
 from .batches import Counts, record_operator_outcomes, tally
 from .dependencies import cancel_dependents, forget_waits_of
-from .moves import Change, in_place, transition
+from .moves import Change, run_transition
 from .tables import JOB, LIVE, UNFINISHED, cursor_and_engine, marks, notify_cancelled, notify_queues
 
 
@@ -65,13 +65,10 @@ def run_jobs_now(using: str, job_ids: Sequence[int]) -> list[JobChange]:
             # Ready jobs stay live; cancelled ones come back from the finished jobs.
             ready = f"id IN ({marks(ids)}) AND status = 'ready'"
             cancelled = f"id IN ({marks(ids)}) AND status = 'cancelled' AND ({key_is_free})"
-            changed_rows = []
-            for sql, params in (
-                in_place(run_now, ready, ids, "id, name, queue"),
-                transition(engine, run_now, cancelled, ids, "id, name, queue", to_finished=False),
-            ):
-                cursor.execute(sql, params)
-                changed_rows += cursor.fetchall()
+            changed_rows = run_transition(using, run_now, ready, ids, "id, name, queue", in_place_only=True)
+            changed_rows += run_transition(
+                using, run_now, cancelled, ids, "id, name, queue", to_finished=False
+            )
             changed = [JobChange(*row) for row in sorted(changed_rows)]
             notify_queues(using, [change.queue for change in changed])
             revived = tally((batch_of.get(change.job_id), Counts(cancelled=-1)) for change in changed)
@@ -117,16 +114,15 @@ def cancel_jobs(using: str, job_ids: Sequence[int]) -> list[JobChange]:
                 "attempt_history": attempts,
             }
         )
-        cursor.execute(
-            *transition(
-                engine,
+        rows = sorted(
+            run_transition(
+                using,
                 cancel,
                 f"id IN ({marks(job_ids)}) AND status IN {UNFINISHED}",
                 list(job_ids),
                 "id, name, queue, locked_by IS NOT NULL, batch_id",
             )
         )
-        rows = sorted(cursor.fetchall())
         changed = [JobChange(job_id, name, queue, bool(running)) for job_id, name, queue, running, _ in rows]
         notify_cancelled(using, [change.job_id for change in changed if change.was_running])
         forget_waits_of(using, [change.job_id for change in changed])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from ...models import QueueState
 from .tables import cursor_and_engine, notify_queues
@@ -26,6 +26,22 @@ def pause_queue(using: str, queue: str) -> bool:
     finds the row paused; on SQLite the single writer orders them.
     """
     cursor, engine = cursor_and_engine(using)
+    if not engine.supports_on_conflict:
+        # The insert, or else the flip, each of which one caller of two wins.
+        try:
+            with transaction.atomic(using=using):
+                cursor.execute(
+                    f"INSERT INTO {STATE} (queue, paused, updated_at) VALUES (%s, TRUE, {engine.now})",
+                    [queue],
+                )
+                return True
+        except IntegrityError:
+            pass
+        cursor.execute(
+            f"UPDATE {STATE} SET paused = TRUE, updated_at = {engine.now} WHERE queue = %s AND NOT paused",
+            [queue],
+        )
+        return cursor.rowcount == 1
     cursor.execute(
         f"INSERT INTO {STATE} (queue, paused, updated_at) VALUES (%s, TRUE, {engine.now}) "
         "ON CONFLICT (queue) DO UPDATE SET paused = TRUE, updated_at = excluded.updated_at "

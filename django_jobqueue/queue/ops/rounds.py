@@ -22,6 +22,7 @@ from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
 from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
+from . import rounds_by_id
 from .acks import (
     IN_TRANSACTION,
     PASS_OVER,
@@ -44,7 +45,8 @@ from .limited import (
     rated_queues,
     window_size,
 )
-from .tables import BRIEF_LOCK_WAIT, CLAIM_ORDER, ROWS_PER_STATEMENT, batched, live_jobs, marks
+from .returning import locked_ids
+from .tables import BRIEF_LOCK_WAIT, CLAIM_ORDER, JOB, ROWS_PER_STATEMENT, batched, live_jobs, marks
 
 
 def claim(
@@ -147,6 +149,8 @@ def _plain_round(
     queues: the same plan, on the same index.
     """
     flow = round_.flow
+    if not engine.supports_update_returning:
+        return _plain_round_by_id(using, engine, round_, completions, keep)
     picked, params = _plain_picked(engine, round_.queue_limits, round_.limit, round_.limits, "id")
     update, update_params = _claim_update(engine, round_, picked)
     params = update_params + params
@@ -190,6 +194,25 @@ def _plain_round(
     claimed = jobs_from_native_rows(using, [row for row in rows if row[_STATUS_INDEX] not in _MARKERS])
     flow.short = len(claimed) < round_.limit
     return acked, sorted(claimed, key=claim_order)
+
+
+def _plain_round_by_id(
+    using: str, engine: Engine, round_: Round, completions: Sequence[tuple[int, int, str | None]], keep: bool
+) -> tuple[set[tuple[int, int]], list[Job]]:
+    """``_plain_round`` where the claim cannot return its rows: acks, locking read, claim by id."""
+    flow = round_.flow
+    with transaction.atomic(using=using):
+        done = complete_many(using, round_.worker_id, completions, keep)
+        ids = rounds_by_id.picked_ids(using, round_.queue_limits, round_.limit, round_.limits)
+        sets, params = _claim_sets(engine, round_)
+        claimed = rounds_by_id.claim_ids(using, sets, params, ids)
+    if flow.probe_due():
+        probe, probe_params = _keyed_probe(engine, round_.queue_limits)
+        cursor = connections[using].cursor()
+        cursor.execute(f"SELECT {probe}", probe_params)
+        flow.probed(bool(cursor.fetchone()[0]))
+    flow.short = len(claimed) < round_.limit
+    return done, sorted(claimed, key=claim_order)
 
 
 def _limited_round(
@@ -290,9 +313,18 @@ def _learn(
 
 
 def _claim_ids(using: str, engine: Engine, round_: Round, ids: Sequence[int]) -> list[Job]:
-    """Claim the jobs ``ids`` that are still ready (SQLite's second step of a limited round)."""
+    """Claim the jobs ``ids`` that are still ready (the second step of a limited round but PostgreSQL's).
+
+    Where the claim cannot return its rows, those still ready are locked first,
+    passing over any another transaction holds (an operator's cancel, still open).
+    """
     if not ids:
         return []
+    if not engine.supports_update_returning:
+        still_ready = f"id IN ({marks(ids)}) AND status = 'ready'"
+        locked = locked_ids(using, JOB, still_ready, ids, engine.skip_locked_in_place)
+        sets, set_params = _claim_sets(engine, round_)
+        return rounds_by_id.claim_ids(using, sets, set_params, locked)
     update, params = _claim_update(engine, round_, ", ".join(["%s"] * len(ids)))
     cursor = connections[using].cursor()
     cursor.execute(update, [*params, *ids])
@@ -395,12 +427,8 @@ def _plain_picked(
     return sql, params
 
 
-def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, list[Any]]:
-    """The claim's ``UPDATE … RETURNING`` every column, of the ready jobs among ``ids_sql``.
-
-    ``ids_sql`` is a subquery, or a list of parameters.
-    """
-    jobs = live_jobs(engine)
+def _claim_sets(engine: Engine, round_: Round) -> tuple[str, list[Any]]:
+    """The claim's SET clause, and its parameters: owner, deadline, a Task job's worker."""
     # The SET clause's: owner, deadline, and the owner again for a Task job's worker_ids.
     params: list[Any] = [round_.worker_id, round_.visibility_timeout, round_.worker_id]
     deadline = engine.now_plus(f"COALESCE({engine.nullable_float}, visibility_timeout)")
@@ -408,15 +436,26 @@ def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, lis
     worker_ids = (
         f"CASE WHEN task_backend = '' THEN worker_ids ELSE {engine.json_push('worker_ids', '%s')} END"
     )
+    sets = (
+        "status = 'running', attempts = attempts + 1, "
+        f"claim_token = claim_token + 1, locked_by = %s, locked_until = {deadline}, "
+        f"started_at = COALESCE(started_at, {engine.now}), last_attempted_at = {engine.now}, "
+        f"worker_ids = {worker_ids}"
+    )
+    return sets, params
+
+
+def _claim_update(engine: Engine, round_: Round, ids_sql: str) -> tuple[str, list[Any]]:
+    """The claim's ``UPDATE … RETURNING`` every column, of the ready jobs among ``ids_sql``.
+
+    ``ids_sql`` is a subquery, or a list of parameters.
+    """
+    jobs = live_jobs(engine)
+    sets, params = _claim_sets(engine, round_)
     # A subquery's ids are read once where the engine can (``Engine.in_rows``): run again per
     # row, the LIMIT … SKIP LOCKED subquery would claim more than asked.
     picked = engine.in_rows("id", f"({ids_sql})") if ids_sql.startswith("SELECT") else f"id IN ({ids_sql})"
     # status = 'ready' again: a job picked in the subquery and changed since (a
     # cancel) is re-checked here, on the row as it is now.
-    sql = (
-        f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, "
-        f"claim_token = claim_token + 1, locked_by = %s, locked_until = {deadline}, "
-        f"started_at = COALESCE(started_at, {engine.now}), last_attempted_at = {engine.now}, "
-        f"worker_ids = {worker_ids} WHERE {picked} AND status = 'ready' RETURNING {JOB_COLUMNS_SQL}"
-    )
+    sql = f"UPDATE {jobs} SET {sets} WHERE {picked} AND status = 'ready' RETURNING {JOB_COLUMNS_SQL}"
     return sql, params

@@ -14,10 +14,11 @@ from ..flow import RATE_UNITS
 from . import history
 from .dead_letters import move_to_dead_letters
 from .limited import STARTS
+from .returning import delete_returning, update_returning
 from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine
 
 
-def _expired_error_sql() -> str:
+def _expired_error_sql(engine: Engine) -> str:
     """SQL text for an expired claim's error, built from the row itself.
 
     The owner is blamed for stopping only if its worker row is gone or fell
@@ -29,13 +30,22 @@ def _expired_error_sql() -> str:
         f"EXISTS (SELECT 1 FROM {WORKER} WHERE {WORKER}.worker_id = {JOB}.locked_by "
         f"AND {WORKER}.last_heartbeat > {JOB}.locked_until)"
     )
-    attempt = f"' attempt ' || {JOB}.attempts"
-    return (
-        f"CASE WHEN {alive} THEN 'claim expired: worker ' || {JOB}.locked_by || ' outlived its claim on' "
-        f"|| {attempt} || ' without finishing it (it could not renew the claim or record the outcome)' "
-        f"ELSE 'claim expired: worker ' || COALESCE({JOB}.locked_by, '?') || ' stopped without finishing' "
-        f"|| {attempt} || ' (killed, hung or cut off from the database)' END"
+    attempt = ("' attempt '", f"{JOB}.attempts")
+    outlived = engine.concat(
+        "'claim expired: worker '",
+        f"{JOB}.locked_by",
+        "' outlived its claim on'",
+        *attempt,
+        "' without finishing it (it could not renew the claim or record the outcome)'",
     )
+    stopped = engine.concat(
+        "'claim expired: worker '",
+        f"COALESCE({JOB}.locked_by, '?')",
+        "' stopped without finishing'",
+        *attempt,
+        "' (killed, hung or cut off from the database)'",
+    )
+    return f"CASE WHEN {alive} THEN {outlived} ELSE {stopped} END"
 
 
 def tick_timeouts(using: str) -> int:
@@ -88,23 +98,35 @@ def _bury_expired(using: str) -> int:
     where = f"{_expired(engine)} AND attempts >= max_attempts"
     return move_to_dead_letters(
         using,
-        _expired_error_sql(),
+        _expired_error_sql(engine),
         # The expiry itself has no traceback; an earlier attempt's is worth keeping, labelled.
-        "CASE WHEN last_traceback = '' THEN '' "
-        "ELSE 'Traceback of an earlier attempt (' || last_error || '):\n' || last_traceback END",
-        history.pushed_entry(engine, history.LOST, _expired_error_sql()),
-        f"id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked}) AND {where}",
+        f"CASE WHEN last_traceback = '' THEN '' ELSE {_earlier_traceback(engine)} END",
+        history.pushed_entry(engine, history.LOST, _expired_error_sql(engine)),
+        where,
         "",
         [],
+        limit=TICK_BATCH,
     )
+
+
+def _earlier_traceback(engine: Engine) -> str:
+    return engine.concat("'Traceback of an earlier attempt ('", "last_error", "'):\n'", "last_traceback")
 
 
 def _rescue_expired(using: str) -> int:
     cursor, engine = cursor_and_engine(using)
     where = f"{_expired(engine)} AND attempts < max_attempts"
+    if not engine.supports_update_returning:
+        sets = (
+            f"status = 'ready', last_error = {_expired_error_sql(engine)}, "
+            f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql(engine))}, "
+            "locked_by = NULL, locked_until = NULL"
+        )
+        rows = update_returning(using, JOB, sets, [], where, [], "id", engine.skip_locked, limit=TICK_BATCH)
+        return len(rows)
     cursor.execute(
-        f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql()}, "
-        f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql())}, "
+        f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql(engine)}, "
+        f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql(engine))}, "
         "locked_by = NULL, locked_until = NULL "
         f"WHERE id IN (SELECT id FROM {JOB} WHERE {where} LIMIT {TICK_BATCH} {engine.skip_locked_in_place}) "
         f"AND {where}",
@@ -132,6 +154,9 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
     )
 
     def delete_some() -> int:
+        if not engine.supports_update_returning:
+            # MySQL: no LIMIT in an IN subquery; the rows are locked by a read of their own.
+            return len(delete_returning(using, JOB, finished, [older_than], "id", engine.skip_locked, batch))
         cursor.execute(sql, [older_than, batch, older_than])
         return int(cursor.rowcount)
 

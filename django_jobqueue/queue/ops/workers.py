@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from django.db import IntegrityError, transaction
 
 from .tables import WORKER, cursor_and_engine
 
@@ -40,6 +42,10 @@ def register_worker(
     """
     low, high = concurrency_range or (None, None)
     cursor, engine = cursor_and_engine(using)
+    if not engine.supports_on_conflict:
+        return _register_or_take_over(
+            using, worker_id, hostname, pid, queues_json, concurrency, low, high, listen, stale_after
+        )
     cursor.execute(
         f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, min_concurrency, "
         "max_concurrency, listen, started_at, last_heartbeat) "
@@ -52,6 +58,46 @@ def register_worker(
         f"WHERE {WORKER}.last_heartbeat < {engine.now_minus('%s')} "
         f"OR ({WORKER}.hostname = excluded.hostname AND {WORKER}.pid = excluded.pid)",
         [worker_id, hostname, pid, queues_json, concurrency, low, high, listen, stale_after],
+    )
+    return cursor.rowcount == 1
+
+
+def _register_or_take_over(
+    using: str,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    queues_json: str,
+    concurrency: int,
+    low: int | None,
+    high: int | None,
+    listen: str | None,
+    stale_after: float,
+) -> bool:
+    """``register_worker`` without ``ON CONFLICT``: the insert, or else the take-over, each fenced.
+
+    An insert the unique worker id refuses is rolled back alone (a savepoint),
+    and the row there is taken over on the same terms as the upsert's.
+    """
+    cursor, engine = cursor_and_engine(using)
+    values: list[Any] = [hostname, pid, queues_json, concurrency, low, high, listen]
+    try:
+        with transaction.atomic(using=using):
+            cursor.execute(
+                f"INSERT INTO {WORKER} (worker_id, hostname, pid, queues, concurrency, min_concurrency, "
+                "max_concurrency, listen, started_at, last_heartbeat) "
+                f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {engine.now}, {engine.now})",
+                [worker_id, *values],
+            )
+            return True
+    except IntegrityError:
+        pass
+    cursor.execute(
+        f"UPDATE {WORKER} SET hostname = %s, pid = %s, queues = %s, concurrency = %s, min_concurrency = %s, "
+        f"max_concurrency = %s, listen = %s, started_at = {engine.now}, last_heartbeat = {engine.now} "
+        f"WHERE worker_id = %s AND (last_heartbeat < {engine.now_minus('%s')} "
+        "OR (hostname = %s AND pid = %s))",
+        [*values, worker_id, stale_after, hostname, pid],
     )
     return cursor.rowcount == 1
 
