@@ -141,19 +141,6 @@ class Engine:
     # SQL true where the JSON array ``array`` holds the number ``value``.
     json_array_has_template: str = ""
 
-    # The collation of a text column compared byte for byte ("" where text always is).
-    binary_collation: str = ""
-    # The errors of a ``schema_statements`` statement already run (a migration run again).
-    schema_done_codes: frozenset[str] = frozenset()
-
-    def schema_statements(self) -> list[str]:
-        """DDL this database needs after Django's own, to hold the queue (migration 0018)."""
-        return []
-
-    def unschema_statements(self) -> list[str]:
-        """``schema_statements`` undone."""
-        return []
-
     def error_code(self, cause: BaseException | None) -> str | None:
         """The code of the driver's error ``cause`` (psycopg's ``sqlstate``, psycopg2's ``pgcode``)."""
         code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)

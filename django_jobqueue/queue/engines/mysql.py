@@ -2,8 +2,8 @@
 
 InnoDB locks every index record a locking read scans, not only the rows it
 returns: each claim reads an index whose leading columns its ``WHERE`` fixes
-(migration 0018 adds them, with generated columns where a partial index would
-do elsewhere), so that a claim locks the rows it takes and few others. A
+(migration 0018 adds them, with generated columns where a partial index does
+elsewhere), so that a claim locks the rows it takes and few others. A
 statement that must return what it changed is a locking read of the rows'
 ids, the change by id and a read of the rows (``ops/returning.py``), in one
 transaction. A deadlock rolls back the whole transaction, not one statement.
@@ -17,8 +17,8 @@ from typing import Any
 
 from .base import Engine
 
-# The table of the flow lock's one row (migration 0018): MySQL has no lock held to a
-# transaction's end but a row's.
+# The table of the flow lock's one row (migration 0018 makes it): MySQL has no lock
+# held to a transaction's end but a row's.
 FLOW_LOCK_TABLE = "django_jobqueue_flowlock"
 
 
@@ -74,24 +74,12 @@ class MySQLEngine(Engine):
     )
     json_array_has_template = "JSON_CONTAINS({array}, CAST({value} AS CHAR))"
 
-    # Byte for byte and without PAD SPACE: MySQL 8's (MariaDB's is its own name).
-    binary_collation = "utf8mb4_0900_bin"
-    # Table exists, duplicate column, duplicate key name, no such key or column to
-    # drop, no such table, and the flow lock's row there already.
-    schema_done_codes = frozenset({"1050", "1060", "1061", "1091", "1051", "1062"})
-
     def pairs(self, count: int) -> str:
         # Row constructors: MySQL spells a VALUES list ROW(…), MariaDB does not.
         return "(" + ", ".join(["(%s, %s)"] * count) + ")"
 
     def concat(self, *parts: str) -> str:
         return f"CONCAT({', '.join(parts)})"
-
-    def schema_statements(self) -> list[str]:
-        return schema_statements(self.binary_collation)
-
-    def unschema_statements(self) -> list[str]:
-        return unschema_statements()
 
     def error_code(self, cause: BaseException | None) -> str | None:
         """MySQLdb's errors carry the server's error number first."""
@@ -106,98 +94,6 @@ class MariaDBEngine(MySQLEngine):
 
     supports_insert_returning = True
     supports_delete_returning = True
-    binary_collation = "utf8mb4_nopad_bin"
 
     def __repr__(self) -> str:
         return "<MariaDBEngine mysql>"
-
-
-# The text columns that name things (a queue, a job, a key, a worker): compared byte
-# for byte, as on PostgreSQL and SQLite. Under the server's default collation 'Emails'
-# and 'emails' would be one queue, and 'a' and 'a ' one unique key.
-# (table, column, its type and nullability as Django created it)
-_NAMES = (
-    ("django_jobqueue_job", "name", "varchar(200) NOT NULL"),
-    ("django_jobqueue_job", "queue", "varchar(63) NOT NULL"),
-    ("django_jobqueue_job", "concurrency_key", "varchar(255) NULL"),
-    ("django_jobqueue_job", "locked_by", "varchar(255) NULL"),
-    ("django_jobqueue_job", "unique_key", "varchar(255) NULL"),
-    ("django_jobqueue_deadletter", "name", "varchar(200) NOT NULL"),
-    ("django_jobqueue_deadletter", "queue", "varchar(63) NOT NULL"),
-    ("django_jobqueue_deadletter", "concurrency_key", "varchar(255) NULL"),
-    ("django_jobqueue_deadletter", "worker_id", "varchar(255) NULL"),
-    ("django_jobqueue_batch", "on_finish", "varchar(200) NOT NULL"),
-    ("django_jobqueue_worker", "worker_id", "varchar(255) NOT NULL"),
-    ("django_jobqueue_schedule", "name", "varchar(200) NOT NULL"),
-    ("django_jobqueue_schedule", "job", "varchar(200) NOT NULL"),
-    ("django_jobqueue_queuestate", "queue", "varchar(63) NOT NULL"),
-    ("django_jobqueue_queuestart", "queue", "varchar(63) NOT NULL"),
-)
-
-# The job table's indexes that elsewhere hold only the rows their condition names (a
-# partial index), which MySQL has not: Django made each an index of every row, whose
-# upkeep every write pays for. Dropped, and replaced by those of ``_JOB_INDEXES``.
-_PARTIAL_INDEXES = (
-    ("django_jobqueue_job", "jobqueue_claim_idx", "queue, priority DESC, run_at, id"),
-    ("django_jobqueue_job", "jobqueue_claim_any_idx", "priority DESC, run_at, id"),
-    ("django_jobqueue_job", "jobqueue_keyed_claim_idx", "priority DESC, run_at, id"),
-    ("django_jobqueue_job", "jobqueue_keyed_queue_idx", "queue, priority DESC, run_at, id"),
-    ("django_jobqueue_job", "jobqueue_key_ready_idx", "concurrency_key, priority DESC, run_at, id"),
-    ("django_jobqueue_job", "jobqueue_key_running_idx", "concurrency_key"),
-    ("django_jobqueue_job", "jobqueue_running_idx", "id"),
-    ("django_jobqueue_job", "jobqueue_finished_idx", "finished_at"),
-    ("django_jobqueue_job", "jobqueue_waiting_idx", "id"),
-    ("django_jobqueue_job", "jobqueue_cancelled_idx", "id"),
-    ("django_jobqueue_batch", "jobqueue_batch_open_idx", "id"),
-)
-
-# Generated columns of the job table, each what a partial index's condition or a
-# descending key part gives elsewhere. Virtual: computed on read, stored in indexes only.
-_JOB_COLUMNS = (
-    # Ascending rank of priority: the claim's order read forwards (``claim_order``).
-    ("jq_rank", "smallint AS (-priority) VIRTUAL"),
-    # 1 for a job with a concurrency key: the claims of plain and of keyed jobs apart.
-    ("jq_keyed", "tinyint AS (concurrency_key IS NOT NULL) VIRTUAL"),
-    # The unique key of a live job, NULL otherwise: a unique index on it is the partial
-    # unique index jobqueue_live_unique_key of PostgreSQL and SQLite.
-    (
-        "jq_live_key",
-        "varchar(255) CHARACTER SET utf8mb4 COLLATE {collation} "
-        "AS (CASE WHEN status IN ('ready', 'running') THEN unique_key END) VIRTUAL",
-    ),
-)
-# Each claim names the index's leading columns with equality and ranks with IN, so that
-# InnoDB reads (and locks) only the due rows it may take.
-_JOB_INDEXES = (
-    ("jq_claim_idx", "INDEX", "status, jq_keyed, queue, jq_rank, run_at, id"),
-    ("jq_claim_any_idx", "INDEX", "status, jq_keyed, jq_rank, run_at, id"),
-    ("jq_key_idx", "INDEX", "status, concurrency_key, jq_rank, run_at, id"),
-    ("jq_expiry_idx", "INDEX", "status, locked_until"),
-    ("jq_finished_idx", "INDEX", "status, finished_at"),
-    ("jq_live_key_idx", "UNIQUE INDEX", "jq_live_key"),
-)
-
-
-def schema_statements(collation: str) -> list[str]:
-    """The DDL that fits the queue's tables to InnoDB (migration 0018), after Django's own."""
-    statements = [
-        f"ALTER TABLE {table} MODIFY {column} {kind} COLLATE {collation}" for table, column, kind in _NAMES
-    ]
-    statements += [f"ALTER TABLE {table} DROP INDEX {name}" for table, name, _columns in _PARTIAL_INDEXES]
-    adds = [f"ADD COLUMN {name} {kind.format(collation=collation)}" for name, kind in _JOB_COLUMNS]
-    adds += [f"ADD {kind} {name} ({columns})" for name, kind, columns in _JOB_INDEXES]
-    statements.append(f"ALTER TABLE django_jobqueue_job {', '.join(adds)}")
-    statements.append(f"CREATE TABLE {FLOW_LOCK_TABLE} (id integer PRIMARY KEY)")
-    statements.append(f"INSERT INTO {FLOW_LOCK_TABLE} (id) VALUES (1)")
-    return statements
-
-
-def unschema_statements() -> list[str]:
-    """``schema_statements`` undone: Django's tables as its own migrations made them."""
-    statements = [f"DROP TABLE {FLOW_LOCK_TABLE}"]
-    drops = [f"DROP INDEX {name}" for name, _kind, _columns in _JOB_INDEXES]
-    drops += [f"DROP COLUMN {name}" for name, _kind in _JOB_COLUMNS]
-    statements.append(f"ALTER TABLE django_jobqueue_job {', '.join(drops)}")
-    statements += [f"CREATE INDEX {name} ON {table} ({columns})" for table, name, columns in _PARTIAL_INDEXES]
-    statements += [f"ALTER TABLE {table} MODIFY {column} {kind}" for table, column, kind in _NAMES]
-    return statements

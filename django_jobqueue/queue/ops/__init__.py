@@ -1,14 +1,15 @@
 """Every statement that changes a job, dead-letter or worker row, and nothing else.
 
-One module per stage: ``enqueue`` and ``copy`` (new jobs), ``rounds`` and
-``limited`` (claims), ``acks``, ``claims`` (retry, bury, extend, release),
-``upkeep`` (expired claims, pruning), ``history`` (the attempt history's
-entry, which those write), ``dependencies`` (``depends_on``),
-``dead_letters``, ``operator`` (the admin's batches), ``batches``
-(``batch()``'s counts and callback, which the others call), ``pauses`` (queue
-pauses) and ``workers`` (worker rows); what they share is in ``tables``, what
-differs per database in ``queue/engines``, and how a conflict with another
-transaction is met in ``queue/conflicts.py``.
+One module per stage: ``enqueue`` and ``copy`` (new jobs), ``rounds``,
+``picks`` and ``limited`` (claims), ``acks``, ``claims`` (retry, bury,
+extend, release), ``upkeep`` (expired claims, pruning), ``history`` (the
+attempt history's entry, which those write), ``dependencies``
+(``depends_on``), ``dead_letters``, ``operator`` (the admin's batches),
+``batches`` (``batch()``'s counts and callback, which the others call),
+``pauses`` (queue pauses) and ``workers`` (worker rows); what they share is
+in ``tables`` (and, where a database has no ``RETURNING``, in
+``returning``), what differs per database in ``queue/engines``, and how a
+conflict with another transaction is met in ``queue/conflicts.py``.
 
 Each transition names the state it expects (and, for a claimed job, the claim
 it expects) in its ``WHERE`` clause, and reports whether it changed a row: a

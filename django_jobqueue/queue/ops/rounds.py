@@ -22,7 +22,7 @@ from ..engines import Engine, engine_for
 from ..flow import QueueLimits, configured_limits
 from ..native import run_bound, run_in_transaction
 from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, claim_order, jobs_from_native_rows, jobs_from_rows
-from . import rounds_by_id
+from . import picks
 from .acks import (
     IN_TRANSACTION,
     PASS_OVER,
@@ -35,13 +35,11 @@ from .acks import (
 )
 from .limited import (
     KEYED_SEEN,
-    NOT_PAUSED_ROW,
     STARTS,
     FlowState,
     ledger_statements,
     limited_pick,
     limited_queues,
-    not_paused,
     rated_queues,
     window_size,
 )
@@ -151,10 +149,10 @@ def _plain_round(
     flow = round_.flow
     if not engine.supports_update_returning:
         return _plain_round_by_id(using, engine, round_, completions, keep)
-    picked, params = _plain_picked(engine, round_.queue_limits, round_.limit, round_.limits, "id")
+    picked, params = picks.plain_picked(engine, round_.queue_limits, round_.limit, round_.limits, "id")
     update, update_params = _claim_update(engine, round_, picked)
     params = update_params + params
-    probe, probe_params = _keyed_probe(engine, round_.queue_limits) if flow.probe_due() else ("", [])
+    probe, probe_params = picks.keyed_probe(engine, round_.queue_limits) if flow.probe_due() else ("", [])
     # The one-statement round writes its acks as arrays (``complete_arrays_cte``).
     if not (engine.supports_data_modifying_cte and engine.supports_array_params):
         with transaction.atomic(using=using) if completions else nullcontext():
@@ -203,11 +201,11 @@ def _plain_round_by_id(
     flow = round_.flow
     with transaction.atomic(using=using):
         done = complete_many(using, round_.worker_id, completions, keep)
-        ids = rounds_by_id.picked_ids(using, round_.queue_limits, round_.limit, round_.limits)
+        ids = picks.picked_ids(using, round_.queue_limits, round_.limit, round_.limits)
         sets, params = _claim_sets(engine, round_)
-        claimed = rounds_by_id.claim_ids(using, sets, params, ids)
+        claimed = picks.claim_ids(using, sets, params, ids)
     if flow.probe_due():
-        probe, probe_params = _keyed_probe(engine, round_.queue_limits)
+        probe, probe_params = picks.keyed_probe(engine, round_.queue_limits)
         cursor = connections[using].cursor()
         cursor.execute(f"SELECT {probe}", probe_params)
         flow.probed(bool(cursor.fetchone()[0]))
@@ -226,7 +224,7 @@ def _limited_round(
     """
     flow = round_.flow
     pick = limited_pick(engine, round_.queue_limits, round_.limit, round_.limits, flow)
-    plain, plain_params = _plain_picked(engine, round_.queue_limits, round_.limit, round_.limits)
+    plain, plain_params = picks.plain_picked(engine, round_.queue_limits, round_.limit, round_.limits)
     ctes = [*pick.ctes, f"plain AS ({plain})"]
     params = [*pick.params, *plain_params]
     ctes.append(
@@ -286,9 +284,9 @@ def _limited_round(
                 f"UNION ALL SELECT 'flow', {KEYED_SEEN}, {pick.held}, {pick.walked}",
                 params,
             )
-            picks = cursor.fetchall()
-            ids = [row[1] for row in picks if row[0] == "job"]
-            flow_row = next(row for row in picks if row[0] == "flow")
+            chosen = cursor.fetchall()
+            ids = [row[1] for row in chosen if row[0] == "job"]
+            flow_row = next(row for row in chosen if row[0] == "flow")
             claimed = _claim_ids(using, engine, round_, ids)
             if rated and claimed:
                 _write_ledger(cursor, engine, rated, claimed)
@@ -324,7 +322,7 @@ def _claim_ids(using: str, engine: Engine, round_: Round, ids: Sequence[int]) ->
         still_ready = f"id IN ({marks(ids)}) AND status = 'ready'"
         locked = locked_ids(using, JOB, still_ready, ids, engine.skip_locked_in_place)
         sets, set_params = _claim_sets(engine, round_)
-        return rounds_by_id.claim_ids(using, sets, set_params, locked)
+        return picks.claim_ids(using, sets, set_params, locked)
     update, params = _claim_update(engine, round_, ", ".join(["%s"] * len(ids)))
     cursor = connections[using].cursor()
     cursor.execute(update, [*params, *ids])
@@ -368,63 +366,6 @@ def _flow_marker(keyed_seen: str, held: str = "0", walked: str = "NULL") -> str:
         "concurrency_key": walked,
     }
     return ", ".join(values.get(column, "NULL") for column in JOB_COLUMNS)
-
-
-def _keyed_probe(engine: Engine, queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:
-    """SQL true while a due job with a key waits in the claimer's queues (one index probe)."""
-    jobs = live_jobs(engine)
-    due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
-    if queue_limits is None:
-        return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due})", []
-    queues = [queue for queue, _share in queue_limits]
-    return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due} AND queue IN ({marks(queues)}))", queues
-
-
-def _plain_picked(
-    engine: Engine,
-    queue_limits: Sequence[tuple[str, int]] | None,
-    limit: int,
-    limits: Mapping[str, QueueLimits],
-    columns: str = "id, priority, run_at",
-) -> tuple[str, list[Any]]:
-    """A SELECT of ``columns`` of the jobs no limit applies to that a round may claim.
-
-    Its ``LIMIT`` counts are written into the SQL, not passed as parameters.
-    PostgreSQL plans a prepared statement for its parameters at each of its
-    first five runs, then keeps that plan made once for any parameters only if
-    it looks no dearer; with the count unknown, it takes a tenth of every ready
-    job to be read, and the round's statement was planned anew at every run:
-    over a millisecond of the database's time, as much as the round itself.
-    With the count written in, one statement is prepared per count a worker
-    asks for (a few: its free slots), each planned once.
-    """
-    jobs = live_jobs(engine)
-    due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
-    params: list[Any] = []
-    if queue_limits is None:
-        # Queues with limits are the limited claim's, and paused ones nobody's.
-        others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
-        params += list(limits)
-        sql = (
-            f"SELECT {columns} FROM {jobs} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked_in_place}"
-        )
-        return sql, params
-    branches = []
-    for queue, queue_limit in queue_limits:
-        if queue in limits:
-            continue
-        branches.append(
-            f"SELECT * FROM (SELECT id, priority, run_at FROM {jobs} WHERE {due} AND queue = %s "
-            f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} "
-            f"{engine.skip_locked_in_place}) AS branch"
-        )
-        params += [queue, queue]
-    if not branches:
-        return f"SELECT {columns} FROM {jobs} WHERE 1 = 0", []
-    union = " UNION ALL ".join(branches)
-    sql = f"SELECT {columns} FROM ({union}) AS picked ORDER BY {CLAIM_ORDER} LIMIT {int(limit)}"
-    return sql, params
 
 
 def _claim_sets(engine: Engine, round_: Round) -> tuple[str, list[Any]]:

@@ -1,0 +1,127 @@
+"""What a round picks: the due plain jobs it may take, and whether keyed ones wait.
+
+``plain_picked`` is the pick as a subquery of the claim's ``UPDATE``.
+Where the database has no ``UPDATE … RETURNING`` (MySQL, MariaDB) the pick is
+a statement of its own (``picked_ids``) that reads and locks the due jobs
+first, ``SKIP LOCKED``, each queue's from its own range of the claim index
+(migration 0018: InnoDB locks every record a locking read scans, so the read
+names the index's leading columns with equalities and its ranks with ``IN``);
+``claim_ids`` then claims them by id and reads them back, in the transaction
+of the round's acks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...models import Job
+from ..engines import Engine
+from ..flow import QueueLimits
+from ..rows import JOB_COLUMNS_SQL, jobs_from_rows
+from .limited import NOT_PAUSED_ROW, not_paused
+from .returning import update_ids_returning
+from .tables import CLAIM_ORDER, JOB, cursor_and_engine, live_jobs, marks
+
+
+def unkeyed_due(engine: Engine) -> str:
+    """SQL true for a due job without a concurrency key, as the claim index reads it."""
+    ranks = f" AND {engine.claim_ranks}" if engine.claim_ranks else ""
+    return f"status = 'ready' AND {engine.unkeyed}{ranks} AND run_at <= {engine.now}"
+
+
+def picked_ids(
+    using: str,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int,
+    limits: Mapping[str, QueueLimits],
+) -> list[int]:
+    """Lock and return the ids of the due plain jobs a round may take, passing over locked ones."""
+    cursor, engine = cursor_and_engine(using)
+    lock = f"ORDER BY {engine.claim_order} LIMIT %s {engine.skip_locked_in_place}"
+    due = unkeyed_due(engine)
+    if queue_limits is None:
+        others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
+        cursor.execute(
+            f"SELECT id FROM {JOB} WHERE {due} {others}AND {NOT_PAUSED_ROW} {lock}", [*limits, limit]
+        )
+        return [row[0] for row in cursor.fetchall()]
+    branches: list[str] = []
+    params: list[Any] = []
+    for queue, share in queue_limits:
+        if queue in limits:
+            continue
+        branches.append(
+            f"(SELECT id, {engine.claim_order} FROM {JOB} WHERE {due} AND queue = %s "
+            f"AND {not_paused('%s')} {lock})"
+        )
+        params += [queue, queue, min(share, limit)]
+    if not branches:
+        return []
+    if len(branches) == 1:
+        cursor.execute(branches[0][1:-1], params)
+    else:
+        cursor.execute(f"{' UNION ALL '.join(branches)} ORDER BY 2, 3, 1 LIMIT %s", [*params, limit])
+    return [row[0] for row in cursor.fetchall()]
+
+
+def keyed_probe(engine: Engine, queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:
+    """SQL true while a due job with a key waits in the claimer's queues (one index probe)."""
+    jobs = live_jobs(engine)
+    due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
+    if queue_limits is None:
+        return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due})", []
+    queues = [queue for queue, _share in queue_limits]
+    return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due} AND queue IN ({marks(queues)}))", queues
+
+
+def plain_picked(
+    engine: Engine,
+    queue_limits: Sequence[tuple[str, int]] | None,
+    limit: int,
+    limits: Mapping[str, QueueLimits],
+    columns: str = "id, priority, run_at",
+) -> tuple[str, list[Any]]:
+    """A SELECT of ``columns`` of the jobs no limit applies to that a round may claim.
+
+    Its ``LIMIT`` counts are written into the SQL, not passed as parameters.
+    PostgreSQL plans a prepared statement for its parameters at each of its
+    first five runs, then keeps that plan made once for any parameters only if
+    it looks no dearer; with the count unknown, it takes a tenth of every ready
+    job to be read, and the round's statement was planned anew at every run:
+    over a millisecond of the database's time, as much as the round itself.
+    With the count written in, one statement is prepared per count a worker
+    asks for (a few: its free slots), each planned once.
+    """
+    jobs = live_jobs(engine)
+    due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
+    params: list[Any] = []
+    if queue_limits is None:
+        # Queues with limits are the limited claim's, and paused ones nobody's.
+        others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
+        params += list(limits)
+        sql = (
+            f"SELECT {columns} FROM {jobs} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
+            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked_in_place}"
+        )
+        return sql, params
+    branches = []
+    for queue, queue_limit in queue_limits:
+        if queue in limits:
+            continue
+        branches.append(
+            f"SELECT * FROM (SELECT id, priority, run_at FROM {jobs} WHERE {due} AND queue = %s "
+            f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} "
+            f"{engine.skip_locked_in_place}) AS branch"
+        )
+        params += [queue, queue]
+    if not branches:
+        return f"SELECT {columns} FROM {jobs} WHERE 1 = 0", []
+    union = " UNION ALL ".join(branches)
+    sql = f"SELECT {columns} FROM ({union}) AS picked ORDER BY {CLAIM_ORDER} LIMIT {int(limit)}"
+    return sql, params
+
+
+def claim_ids(using: str, sets: str, set_params: Sequence[Any], ids: Sequence[int]) -> list[Job]:
+    """Claim the jobs ``ids``, which this transaction has locked, with ``sets``; return them."""
+    return jobs_from_rows(using, update_ids_returning(using, JOB, sets, set_params, ids, JOB_COLUMNS_SQL))
