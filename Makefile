@@ -51,11 +51,20 @@ PGBOUNCER_TESTS ?= tests/test_pooler.py tests/test_worker_basic.py tests/test_wo
 	tests/test_dependencies.py tests/test_batches_workers.py tests/faults/test_sigkill_chaos.py \
 	tests/faults/test_stale_owner.py tests/faults/test_batch_kills.py tests/test_worker_listen.py \
 	tests/test_worker_budget.py tests/test_several_databases.py
-SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-versions
+# MariaDB (or MySQL) at MARIADB_URL: the server on the default address. The leg
+# installs mysqlclient, which builds against libmariadb-dev (pkg-config finds it).
+# Without a server answering, `make test` says so and goes on, unless PG_REQUIRED=1.
+MARIADB_URL ?= mysql://root@127.0.0.1:3306/jobqueue
+MARIADB_TESTS ?= tests/test_queue_enqueue.py tests/test_queue_batched_acks.py tests/test_queue_operations.py \
+	tests/test_queue_transitions.py tests/test_queue_concurrency.py tests/test_queue_engines.py \
+	tests/test_worker_basic.py tests/test_checks.py tests/test_mysql.py
+# The SQLite stream runs the MariaDB leg too: a server of its own, so the two
+# streams share no database.
+SQLITE_SUITES := test-sqlite $(if $(PYTHON_DJ6),test-dj6-sqlite) test-pg-versions test-mariadb
 POSTGRES_SUITES := test-postgres $(if $(PYTHON_DJ6),test-dj6-postgres) test-pgbouncer test-wheel
 
 .PHONY: demo test test-sqlite test-postgres test-dj6-sqlite test-dj6-postgres tests-sqlite tests-postgres
-.PHONY: lint docs docs-build bench clean dist test-wheel test-pg-versions test-pgbouncer
+.PHONY: lint docs docs-build bench clean dist test-wheel test-pg-versions test-pgbouncer test-mariadb
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +75,11 @@ $(BIN)/.installed: pyproject.toml
 # `make bench` alone needs the `bench` extra (pgqueuer, the peer it measures against).
 $(BIN)/.bench-installed: $(BIN)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+# The MariaDB leg alone needs the `mysql` extra (mysqlclient compiles against libmariadb).
+$(BIN)/.mysql-installed: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,mysql]'
 	touch $@
 
 $(BIN_DJ6)/.installed: pyproject.toml
@@ -122,6 +136,12 @@ test-dj6-sqlite: $(BIN_DJ6)/.installed
 
 tests-sqlite:
 	$(call run_suites,$(SQLITE_SUITES))
+
+test-mariadb:
+	@if scripts/mariadb ping; then $(MAKE) --no-print-directory $(BIN)/.mysql-installed && \
+	  DATABASE_URL=$(MARIADB_URL) $(BIN)/pytest $(PYTEST_ARGS) $(MARIADB_TESTS); \
+	elif [ -n "$(PG_REQUIRED)" ]; then echo "test-mariadb: no MariaDB answers at 127.0.0.1:3306" >&2; exit 1; \
+	else echo "test-mariadb: no MariaDB answers at 127.0.0.1:3306; skipped"; fi
 
 ifeq ($(origin PG_URL),file)
 # No PG_URL given: the same target again, with the PG_URL scripts/pg sets.

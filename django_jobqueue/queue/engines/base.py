@@ -79,6 +79,10 @@ class Engine:
     claim_order: str = "priority DESC, run_at, id"
     # A condition added to a claim's WHERE that narrows its read of that index; "" for none.
     claim_ranks: str = ""
+    # Index hints of a claim's locking read of one queue, and of every queue ("" for none):
+    # where the read locks what it scans, its plan must not depend on the table's statistics.
+    queue_claim_hint: str = ""
+    any_queue_claim_hint: str = ""
     # SQL true for a job without a concurrency key, and with one, as the claim indexes read it.
     unkeyed: str = "concurrency_key IS NULL"
     keyed: str = "concurrency_key IS NOT NULL"
