@@ -26,6 +26,10 @@ _DDL = {
         f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, "
         "claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL)"
     ),
+    "mysql": (
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, "
+        "claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL)"
+    ),
     "sqlite": (
         f"CREATE TABLE IF NOT EXISTS {TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
         "job_id BIGINT NOT NULL, claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL)"

@@ -19,6 +19,10 @@ _DDL = {
         f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGSERIAL PRIMARY KEY, job_id BIGINT NOT NULL, "
         "claim_token BIGINT NOT NULL, worker VARCHAR(255) NOT NULL)"
     ),
+    "mysql": (
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, "
+        "claim_token BIGINT NOT NULL, worker VARCHAR(255) NOT NULL)"
+    ),
     "sqlite": (
         f"CREATE TABLE IF NOT EXISTS {TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id BIGINT NOT NULL, "
         "claim_token BIGINT NOT NULL, worker VARCHAR(255) NOT NULL)"

@@ -36,6 +36,12 @@ _DDL = {
         "pid INTEGER NOT NULL, started_at DOUBLE PRECISION NOT NULL, ended_at DOUBLE PRECISION, "
         "note TEXT NOT NULL DEFAULT '')"
     ),
+    "mysql": (
+        f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, "
+        "claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL, worker VARCHAR(255) NOT NULL, "
+        "pid INTEGER NOT NULL, started_at DOUBLE NOT NULL, ended_at DOUBLE, "
+        "note VARCHAR(2000) NOT NULL DEFAULT '')"
+    ),
     "sqlite": (
         f"CREATE TABLE IF NOT EXISTS {TABLE} (id INTEGER PRIMARY KEY AUTOINCREMENT, "
         "job_id BIGINT NOT NULL, claim_token BIGINT NOT NULL, attempt INTEGER NOT NULL, "
@@ -75,13 +81,16 @@ def drop(using: str = "default") -> None:
 
 def start(job_id: int, claim_token: int, attempt: int, worker: str, using: str = "default") -> int:
     """Record that an execution starts; return its ledger id."""
-    with connections[using].cursor() as cursor:
+    connection = connections[using]
+    # MySQL has no INSERT … RETURNING; MariaDB does, but the driver's last id is enough.
+    returning = "" if connection.vendor == "mysql" else " RETURNING id"
+    with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {TABLE} (job_id, claim_token, attempt, worker, pid, started_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+            f"VALUES (%s, %s, %s, %s, %s, %s){returning}",
             [job_id, claim_token, attempt, worker, os.getpid(), time.time()],
         )
-        return int(cursor.fetchone()[0])
+        return int(cursor.fetchone()[0] if returning else cursor.lastrowid)
 
 
 def end(entry: int, note: str = "", using: str = "default") -> None:

@@ -42,6 +42,7 @@ from django.db import transaction
 from ...models import Batch, BatchCount
 from ..conflicts import run_retrying
 from .enqueue import insert_jobs
+from .returning import delete_returning, update_returning
 from .tables import (
     JOB,
     ROWS_PER_STATEMENT,
@@ -93,12 +94,14 @@ def tally(pairs: Iterable[tuple[int | None, Counts]]) -> dict[int, Counts]:
 def open_batch(using: str, on_finish: str, payload_json: str, options_json: str) -> int:
     """Insert a batch with no jobs yet and return its id; then, in its transaction, ``seal_batch``."""
     cursor, engine = cursor_and_engine(using)
+    returning = " RETURNING id" if engine.supports_insert_returning else ""
     cursor.execute(
         f"INSERT INTO {BATCH} (on_finish, payload, callback_options, total, done, failed, cancelled, "
-        f"created_at) VALUES (%s, %s, %s, 0, 0, 0, 0, {engine.now}) RETURNING id",
+        f"created_at) VALUES (%s, %s, %s, 0, 0, 0, 0, {engine.now}){returning}",
         [on_finish, payload_json, options_json],
     )
-    batch_id: int = cursor.fetchone()[0]
+    # MySQL: the id the one row's insert drew.
+    batch_id: int = cursor.fetchone()[0] if returning else cursor.lastrowid
     return batch_id
 
 
@@ -136,17 +139,30 @@ def record_outcomes(using: str, outcomes: Mapping[int, Counts]) -> list[int]:
     left as its callback saw it (a job retried after that runs on its own).
     Return the ids of the batches that finished here.
     """
-    cursor, _ = cursor_and_engine(using)
+    cursor, engine = cursor_and_engine(using)
     due: list[int] = []
+    sets = "done = done + %s, failed = failed + %s, cancelled = cancelled + %s"
+    left = f"total - done - failed - cancelled - {PENDING_OUTCOMES}"
     for batch_id in sorted(outcomes):
         done, failed, cancelled = outcomes[batch_id]
-        cursor.execute(
-            f"UPDATE {BATCH} SET done = done + %s, failed = failed + %s, cancelled = cancelled + %s "
-            "WHERE id = %s AND finished_at IS NULL "
-            f"RETURNING total - done - failed - cancelled - {PENDING_OUTCOMES}",
-            [done, failed, cancelled, batch_id],
-        )
-        row = cursor.fetchone()
+        if engine.supports_update_returning:
+            cursor.execute(
+                f"UPDATE {BATCH} SET {sets} WHERE id = %s AND finished_at IS NULL RETURNING {left}",
+                [done, failed, cancelled, batch_id],
+            )
+            row = cursor.fetchone()
+        else:
+            rows = update_returning(
+                using,
+                BATCH,
+                sets,
+                [done, failed, cancelled],
+                "id = %s AND finished_at IS NULL",
+                [batch_id],
+                left,
+                engine.for_update,
+            )
+            row = rows[0] if rows else None
         # The counts only say when to look; the rows decide (see _fire_finished).
         if row is not None and row[0] <= 0:
             due.append(batch_id)
@@ -201,13 +217,19 @@ def take_pending(using: str, batch_ids: Sequence[int]) -> None:
     returned by one statement, so one that an operator adds meanwhile waits
     for the next time, counted once.
     """
-    cursor, _ = cursor_and_engine(using)
-    cursor.execute(
-        f"DELETE FROM {PENDING} WHERE batch_id IN ({marks(batch_ids)}) "
-        "RETURNING batch_id, done, failed, cancelled",
-        list(batch_ids),
-    )
-    summed = tally((row[0], Counts(*row[1:])) for row in cursor.fetchall())
+    cursor, engine = cursor_and_engine(using)
+    taken = f"batch_id IN ({marks(batch_ids)})"
+    if engine.supports_delete_returning:
+        cursor.execute(
+            f"DELETE FROM {PENDING} WHERE {taken} RETURNING batch_id, done, failed, cancelled",
+            list(batch_ids),
+        )
+        rows = cursor.fetchall()
+    else:
+        rows = delete_returning(
+            using, PENDING, taken, list(batch_ids), "batch_id, done, failed, cancelled", engine.for_update
+        )
+    summed = tally((row[0], Counts(*row[1:])) for row in rows)
     for batch_id, (done, failed, cancelled) in sorted(summed.items()):
         cursor.execute(
             f"UPDATE {BATCH} SET done = done + %s, failed = failed + %s, cancelled = cancelled + %s "

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..engines import Engine, engine_for
 from ..native import run_bound
 from . import history
 from .dead_letters import move_to_dead_letters
+from .returning import locked_ids, update_returning
 from .tables import (
     HELD_BY,
     JOB,
@@ -124,6 +125,13 @@ def extend_claims(
             renewed += [job_id for job_id, was_renewed in rows if was_renewed]
             held_up += [job_id for job_id, was_renewed in rows if not was_renewed]
             continue
+        if not engine.supports_update_returning:
+            chunk_renewed, chunk_held_up = _renew_by_id(
+                using, engine, renew, worker_id, chunk, visibility_timeout
+            )
+            renewed += chunk_renewed
+            held_up += chunk_held_up
+            continue
         pairs = ", ".join(["(%s, %s)"] * len(chunk))
         cursor.execute(
             f"UPDATE {JOB} SET {renew} WHERE {HELD_BY} AND {_not_expired_if_keyed(engine)} "
@@ -164,6 +172,35 @@ def _renew_passing_over(
         "UNION ALL SELECT id, FALSE FROM mine WHERE id NOT IN (SELECT id FROM locked)"
     )
     return sql, [ids, tokens, worker_id, worker_id, visibility_timeout, visibility_timeout, worker_id]
+
+
+def _renew_by_id(
+    using: str,
+    engine: Engine,
+    renew: str,
+    worker_id: str,
+    chunk: Sequence[tuple[int, int]],
+    visibility_timeout: float | None,
+) -> tuple[list[int], list[int]]:
+    """``_renew_passing_over`` where the renewal cannot return its rows (MySQL): the claims still
+    this worker's read, those not held by another transaction locked, and those renewed by id."""
+    cursor, _ = cursor_and_engine(using)
+    mine_where = f"{HELD_BY} AND (id, claim_token) IN {engine.pairs(len(chunk))}"
+    mine_params: list[Any] = [worker_id, *(value for pair in chunk for value in pair)]
+    with transaction.atomic(using=using):
+        cursor.execute(f"SELECT id FROM {JOB} WHERE {mine_where}", mine_params)
+        mine = {row[0] for row in cursor.fetchall()}
+        locked = locked_ids(using, JOB, mine_where, mine_params, engine.skip_locked)
+        renewed: list[int] = []
+        if locked:
+            # A keyed job's expired claim is locked but not renewed: it is neither renewed nor held up.
+            live = f"id IN ({marks(locked)}) AND {_not_expired_if_keyed(engine)}"
+            cursor.execute(f"SELECT id FROM {JOB} WHERE {live}", locked)
+            renewed = sorted(row[0] for row in cursor.fetchall())
+        if renewed:
+            params = [visibility_timeout, visibility_timeout, *renewed]
+            cursor.execute(f"UPDATE {JOB} SET {renew} WHERE id IN ({marks(renewed)})", params)
+    return renewed, sorted(mine - set(locked))
 
 
 def ended_claims(using: str, claims: Sequence[tuple[int, int]]) -> dict[int, str]:
@@ -209,6 +246,9 @@ def record_progress(
     for chunk in batched(reports, ROWS_PER_STATEMENT):
         if engine.supports_array_params:
             sql, params = _progress_arrays_statement(engine, worker_id, chunk)
+        elif not engine.supports_update_returning:
+            written.update(_progress_by_id(using, engine, worker_id, chunk))
+            continue
         else:
             sql, params = _progress_values_statement(worker_id, chunk)
         cursor.execute(sql, params)
@@ -230,6 +270,28 @@ def _progress_arrays_statement(
         f"AND {HELD_BY}{lock.where} RETURNING {JOB}.id, {JOB}.claim_token",
         [ids, tokens, values, worker_id],
     )
+
+
+def _progress_by_id(
+    using: str, engine: Engine, worker_id: str, chunk: Sequence[tuple[int, int, str]]
+) -> set[tuple[int, int]]:
+    """``record_progress``'s batch where the write cannot return its rows (MySQL): the claims
+    locked first, passing over those another transaction holds, then written by id."""
+    whens = " ".join("WHEN id = %s AND claim_token = %s THEN %s" for _ in chunk)
+    values: list[Any] = [value for report in chunk for value in report]
+    where = f"{HELD_BY} AND (id, claim_token) IN {engine.pairs(len(chunk))}"
+    where_params = [worker_id, *(value for job_id, token, _ in chunk for value in (job_id, token))]
+    rows = update_returning(
+        using,
+        JOB,
+        f"progress = CASE {whens} END",
+        values,
+        where,
+        where_params,
+        "id, claim_token",
+        engine.skip_locked,
+    )
+    return {(row[0], row[1]) for row in rows}
 
 
 def _progress_values_statement(

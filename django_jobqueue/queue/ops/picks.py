@@ -43,7 +43,8 @@ def picked_ids(
     if queue_limits is None:
         others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
         cursor.execute(
-            f"SELECT id FROM {JOB} {engine.any_queue_claim_hint} WHERE {due} {others}AND {NOT_PAUSED_ROW} {lock}",
+            f"SELECT id FROM {JOB} {engine.any_queue_claim_hint} "
+            f"WHERE {due} {others}AND {NOT_PAUSED_ROW} {lock}",
             [*limits, limit],
         )
         return [row[0] for row in cursor.fetchall()]
@@ -53,7 +54,8 @@ def picked_ids(
         if queue in limits:
             continue
         branches.append(
-            f"(SELECT id, {engine.claim_order} FROM {JOB} {engine.queue_claim_hint} WHERE {due} AND queue = %s "
+            f"(SELECT id, {engine.claim_order} FROM {JOB} {engine.queue_claim_hint} "
+            f"WHERE {due} AND queue = %s "
             f"AND {not_paused('%s')} {lock})"
         )
         params += [queue, queue, min(share, limit)]
