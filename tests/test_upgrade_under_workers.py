@@ -43,10 +43,10 @@ from django_jobqueue.models import DeadLetter, Job
 from tests.faults.chaos import Fleet
 from tests.worker_support import ROOT, WorkerProcess, database_url, first_within, run_manage
 
-# The last commit before migration 0017_worker_listen. Whoever adds migration 0018 sets
-# this to the last commit without 0018: `git rev-parse HEAD` before committing it, or afterwards
-# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0018_*.py)^".
-PREVIOUS_MIGRATION_STATE = "b0fc6b36b1050b6f26abf75f2122e189a1149aa8"
+# The last commit before migration 0018_mysql_indexes. Whoever adds migration 0019 sets
+# this to the last commit without 0019: `git rev-parse HEAD` before committing it, or afterwards
+# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0019_*.py)^".
+PREVIOUS_MIGRATION_STATE = "8666d150239f855bb46bcec2c50b373d064cd3a3"
 
 MIGRATIONS = "django_jobqueue/migrations"
 # What the old tree needs to run manage.py migrate, runworker and the producer.
