@@ -44,7 +44,7 @@ def test_the_pause_is_a_row_that_any_client_and_connection_sees(queue, other_con
     assert QueueClient().paused_queues() == ["emails"], "a new client, as after a restart"
     with other_connection.cursor() as cursor:
         cursor.execute(f"SELECT queue FROM {QueueState._meta.db_table} WHERE paused", [])
-        assert cursor.fetchall() == [("emails",)]
+        assert list(cursor.fetchall()) == [("emails",)]
 
     before = row.updated_at
     queue.resume_queue("emails")

@@ -75,6 +75,9 @@ class Engine:
 
     # -- SQL fragments -----------------------------------------------------------
 
+    # Between a CTE's name and AS and its query: the query run once, before the statement's rest.
+    materialized: str = "MATERIALIZED "
+
     # A claim's ORDER BY of due jobs, as the claim index reads it.
     claim_order: str = "priority DESC, run_at, id"
     # A condition added to a claim's WHERE that narrows its read of that index; "" for none.

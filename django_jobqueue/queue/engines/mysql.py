@@ -35,6 +35,8 @@ class MySQLEngine(Engine):
     conflict_ends_transaction = True
     duplicate_key_code = "1062"
 
+    # MySQL materializes a CTE that is read more than once of its own accord, and has no word for it.
+    materialized = ""
     # UTC_TIMESTAMP is the statement's start, as NOW() is, not the transaction's.
     now = "UTC_TIMESTAMP(6)"
     clock = now

@@ -64,7 +64,18 @@ def complete(using: str, fence: Fence, result_json: str | None, keep: bool) -> b
     A job that others depend on releases them in the same transaction (``complete_releasing``).
     """
     where, params = fence.where()
-    if _run_done(using, f"{where} AND {NO_DEPENDENTS}", params, result_json, keep, "id"):
+    plain = f"{where} AND {NO_DEPENDENTS}"
+    cursor, engine = cursor_and_engine(using)
+    if not engine.supports_update_returning:
+        # The fence names the one row: whether it matched is the statement's count, no RETURNING needed.
+        if keep:
+            sets = ", ".join(f"{column} = {value}" for column, value in _done_columns(engine).items())
+            cursor.execute(f"UPDATE {JOB} SET {sets}, result = %s WHERE {plain}", [result_json, *params])
+        else:
+            cursor.execute(f"DELETE FROM {JOB} WHERE {plain}", params)
+        if cursor.rowcount == 1:
+            return True
+    elif _run_done(using, plain, params, result_json, keep, "id"):
         return True
     return bool(complete_releasing(using, [(fence, result_json)], keep))
 

@@ -225,20 +225,21 @@ def _keyed_candidates(
         "AND concurrency_key > {after} ORDER BY concurrency_key LIMIT 1)"
     )
     head = (
-        f"(SELECT id FROM {jobs} WHERE {due} AND concurrency_key = walk.key AND {scope} "
+        f"(SELECT id FROM {jobs} WHERE {due} AND concurrency_key = walk.walked AND {scope} "
         f"ORDER BY {_ORDER} LIMIT 1)"
     )
     pick.recursive = True
     pick.ctes.append(
-        f"walk(key, visited) AS (SELECT {next_key.format(after='%s')}, 1 "
-        f"UNION ALL SELECT {next_key.format(after='walk.key')}, visited + 1 FROM walk "
-        f"WHERE walk.key IS NOT NULL AND visited < {int(size)}), "
-        f"heads AS (SELECT {head} AS id FROM walk WHERE walk.key IS NOT NULL), "
+        # "walked", not "key": a word MySQL keeps for itself.
+        f"walk(walked, visited) AS (SELECT {next_key.format(after='%s')}, 1 "
+        f"UNION ALL SELECT {next_key.format(after='walk.walked')}, visited + 1 FROM walk "
+        f"WHERE walk.walked IS NOT NULL AND visited < {int(size)}), "
+        f"heads AS (SELECT {head} AS id FROM walk WHERE walk.walked IS NOT NULL), "
         f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE id IN (SELECT id FROM heads) AND {due})"
     )
     pick.params += [flow.walk_after, *scope_params]
     # NULL once the walk ran off the last key: the next walk starts from the first.
-    pick.walked = "(SELECT key FROM walk ORDER BY visited DESC LIMIT 1)"
+    pick.walked = "(SELECT walked FROM walk ORDER BY visited DESC LIMIT 1)"
 
 
 def _unkeyed_candidates(

@@ -84,6 +84,7 @@ def plain_picked(
     limit: int,
     limits: Mapping[str, QueueLimits],
     columns: str = "id, priority, run_at",
+    lock: bool = True,
 ) -> tuple[str, list[Any]]:
     """A SELECT of ``columns`` of the jobs no limit applies to that a round may claim.
 
@@ -97,6 +98,9 @@ def plain_picked(
     asks for (a few: its free slots), each planned once.
     """
     jobs = live_jobs(engine)
+    # ``lock`` False: the pick of a limited round on MySQL, read under the flow lock as a
+    # CTE (where InnoDB takes no locking clause); its jobs are locked by id after it.
+    skip_locked = engine.skip_locked_in_place if lock else ""
     due = f"status = 'ready' AND concurrency_key IS NULL AND run_at <= {engine.now}"
     params: list[Any] = []
     if queue_limits is None:
@@ -105,7 +109,7 @@ def plain_picked(
         params += list(limits)
         sql = (
             f"SELECT {columns} FROM {jobs} WHERE {due} {others}AND {NOT_PAUSED_ROW} "
-            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {engine.skip_locked_in_place}"
+            f"ORDER BY {CLAIM_ORDER} LIMIT {int(limit)} {skip_locked}"
         )
         return sql, params
     branches = []
@@ -115,7 +119,7 @@ def plain_picked(
         branches.append(
             f"SELECT * FROM (SELECT id, priority, run_at FROM {jobs} WHERE {due} AND queue = %s "
             f"AND {not_paused('%s')} ORDER BY {CLAIM_ORDER} LIMIT {int(queue_limit)} "
-            f"{engine.skip_locked_in_place}) AS branch"
+            f"{skip_locked}) AS branch"
         )
         params += [queue, queue]
     if not branches:

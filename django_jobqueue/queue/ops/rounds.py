@@ -224,12 +224,14 @@ def _limited_round(
     """
     flow = round_.flow
     pick = limited_pick(engine, round_.queue_limits, round_.limit, round_.limits, flow)
-    plain, plain_params = picks.plain_picked(engine, round_.queue_limits, round_.limit, round_.limits)
+    plain, plain_params = picks.plain_picked(
+        engine, round_.queue_limits, round_.limit, round_.limits, lock=engine.supports_update_returning
+    )
     ctes = [*pick.ctes, f"plain AS ({plain})"]
     params = [*pick.params, *plain_params]
     ctes.append(
-        "picked AS MATERIALIZED (SELECT id FROM (SELECT id, priority, run_at FROM admitted UNION ALL "
-        f"SELECT id, priority, run_at FROM plain) AS eligible ORDER BY {CLAIM_ORDER} "
+        f"picked AS {engine.materialized}(SELECT id FROM (SELECT id, priority, run_at FROM admitted "
+        f"UNION ALL SELECT id, priority, run_at FROM plain) AS eligible ORDER BY {CLAIM_ORDER} "
         f"LIMIT {int(round_.limit)})"
     )
     with_ = "WITH RECURSIVE " if pick.recursive else "WITH "
