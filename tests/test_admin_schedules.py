@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.db import connection
 from django.test import Client, override_settings
 from django.urls import reverse
 
@@ -167,7 +168,8 @@ def test_the_list_reads_the_last_jobs_in_one_query(operator, queue, django_asser
     with django_assert_max_num_queries(14) as captured:
         operator.get(SCHEDULES_URL)
     job_table = Job._meta.db_table
-    reads = [q["sql"] for q in captured.captured_queries if f'FROM "{job_table}"' in q["sql"]]
+    quoted = f"FROM {connection.ops.quote_name(job_table)}"
+    reads = [q["sql"] for q in captured.captured_queries if quoted in q["sql"]]
     assert len(reads) == 1, reads
 
 

@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
 from django_jobqueue import QueueClient
 from django_jobqueue.management.commands.jobqueue import Command
 from django_jobqueue.models import DeadLetter, Job
-from tests.worker_support import run_manage
+from tests.worker_support import database_url, run_manage
 
 
 def run(*args: str) -> str:
@@ -254,16 +253,11 @@ def test_tick_hands_expired_claims_back(queue):
 
 
 def shell_env() -> dict[str, str]:
-    env = {"DJANGO_SETTINGS_MODULE": "testproject.settings", "PATH": "/usr/bin:/bin"}
-    if connection.vendor == "postgresql":
-        settings = connection.settings_dict
-        env["DATABASE_URL"] = (
-            f"postgres://{settings['USER']}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/"
-            f"{settings['NAME']}"
-        )
-    else:
-        env["DATABASE_URL"] = f"sqlite:///{connection.settings_dict['NAME']}"
-    return env
+    return {
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "PATH": "/usr/bin:/bin",
+        "DATABASE_URL": database_url(),
+    }
 
 
 def test_the_command_runs_from_a_shell(queue, busy):
