@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections, models, transaction
@@ -376,10 +376,12 @@ def last_hour(using: str, now: datetime) -> list[Minute]:
     # Bounded on both sides: a stored date in year 9999 has no minute in a time
     # zone east of UTC, and truncating it would fail the whole page.
     end = current + timedelta(minutes=1)
+    # Minutes cut in UTC: every time zone's offset is whole minutes, so they are the
+    # same minutes, and MySQL then needs no time zone tables (CONVERT_TZ) to cut them.
     done = (
         Job.objects.using(using)
         .filter(status=JobStatus.DONE, finished_at__gte=start, finished_at__lt=end)
-        .annotate(minute=TruncMinute("finished_at"))
+        .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
         .values("minute")
         .annotate(count=Count("pk"))
         .order_by()
@@ -390,7 +392,7 @@ def last_hour(using: str, now: datetime) -> list[Minute]:
     failed = (
         DeadLetter.objects.using(using)
         .filter(failed_at__gte=start, failed_at__lt=end)
-        .annotate(minute=TruncMinute("failed_at"))
+        .annotate(minute=TruncMinute("failed_at", tzinfo=UTC))
         .values("minute")
         .annotate(count=Count("pk"))
         .order_by()

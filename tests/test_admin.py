@@ -236,7 +236,9 @@ def test_a_search_runs_once_for_its_count_and_its_page(operator, queue, monkeypa
         searched = [query["sql"] for query in queries.captured_queries if "tests.searched" in query["sql"]]
         # The ids, uncounted; then this page's rows by their ids.
         assert len(searched) == 2 and "COUNT(" not in searched[0].upper(), searched
-        assert '"id" IN (' in searched[1] and all(str(pk) in searched[1] for pk in expected)
+        assert f"{connection.ops.quote_name('id')} IN (" in searched[1] and all(
+            str(pk) in searched[1] for pk in expected
+        )
     ascending = operator.get(JOBS, {"q": "tests.searched", "o": "1"}).context["cl"].result_list
     assert [job.pk for job in ascending] == sorted(newest_first)[:3]
 

@@ -36,6 +36,15 @@ TRIGGERS = {
         f"WHEN NEW.name = '{REFUSED}' AND OLD.status = 'running' AND NEW.status <> 'running' "
         "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END",
     ],
+    # A job that finishes there is updated, or deleted (KEEP_COMPLETED = 0).
+    "mysql": [
+        "CREATE TRIGGER jq_test_refuse BEFORE UPDATE ON django_jobqueue_job FOR EACH ROW "
+        f"BEGIN IF NEW.name = '{REFUSED}' AND OLD.status = 'running' AND NEW.status <> 'running' THEN "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by a trigger'; END IF; END",
+        "CREATE TRIGGER jq_test_refuse_finish BEFORE DELETE ON django_jobqueue_job FOR EACH ROW "
+        f"BEGIN IF OLD.name = '{REFUSED}' AND OLD.status = 'running' THEN "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by a trigger'; END IF; END",
+    ],
 }
 DROPS = {
     "postgresql": [
@@ -44,6 +53,7 @@ DROPS = {
         "DROP FUNCTION IF EXISTS jq_test_refuse()",
     ],
     "sqlite": ["DROP TRIGGER IF EXISTS jq_test_refuse"],
+    "mysql": ["DROP TRIGGER IF EXISTS jq_test_refuse", "DROP TRIGGER IF EXISTS jq_test_refuse_finish"],
 }
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
+from ..queue import engine_for
+
 logger = logging.getLogger(__name__)
 
 # What a lost or refused connection raises through Django. A ProgrammingError
@@ -28,6 +30,17 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (DatabaseError, InterfaceError)
 # reconnected. Any other DatabaseError (a constraint, a trigger, bad data) is
 # the database refusing that write, and would refuse it again.
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
+
+def is_connection_error(using: str, exc: BaseException) -> bool:
+    """Whether ``exc`` is ``CONNECTION_ERRORS``' kind of failure on database ``using``.
+
+    MySQL's driver raises OperationalError for a server's refusal too (a
+    trigger's SIGNAL, a value out of range): its error number tells (``Engine``).
+    """
+    if not isinstance(exc, CONNECTION_ERRORS):
+        return False
+    return engine_for(connections[using]).is_connection_error(exc.__cause__)
 
 FIRST_DELAY = 0.25  # seconds: a terminated backend is usually back at once
 MAX_DELAY = 30.0

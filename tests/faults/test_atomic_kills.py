@@ -41,10 +41,12 @@ KILL_EVERY = 1.0
 # How long a kill waits for a job between its write and its commit before it strikes a worker anyway.
 AIM_WITHIN = 10.0
 # Why a job may run again (the module's docstring).
-EXPLAINED = {"postgresql": {KILL}, "sqlite": {KILL, EXPIRED}}
-# PostgreSQL: transactions of their own, side by side. SQLite: one at a time, holding the write lock.
+EXPLAINED = {"postgresql": {KILL}, "mysql": {KILL}, "sqlite": {KILL, EXPIRED}}
+# PostgreSQL and MySQL: transactions of their own, side by side.
+# SQLite: one at a time, holding the write lock.
 SIZES = {
     "postgresql": {"jobs": 500, "workers": 3, "slots": 4, "seconds": (0.1, 0.4)},
+    "mysql": {"jobs": 500, "workers": 3, "slots": 4, "seconds": (0.1, 0.4)},
     "sqlite": {"jobs": 250, "workers": 2, "slots": 2, "seconds": (0.02, 0.08)},
 }
 

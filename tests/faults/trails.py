@@ -58,6 +58,17 @@ _CREATE = {
         f"({_DELETED_COLUMNS}) VALUES (OLD.id, OLD.status, OLD.claim_token, OLD.attempts, "
         "strftime('%Y-%m-%d %H:%M:%f', 'now')); END",
     ],
+    "mysql": [
+        f"CREATE TABLE {STARTS} (id BIGINT AUTO_INCREMENT PRIMARY KEY, queue VARCHAR(63) NOT NULL, "
+        "started_at DATETIME(6) NOT NULL)",
+        f"CREATE TRIGGER {STARTS}_copy AFTER INSERT ON {_QUEUE_STARTS} FOR EACH ROW "
+        f"INSERT INTO {STARTS} (queue, started_at) VALUES (NEW.queue, NEW.started_at)",
+        f"CREATE TABLE {DELETED} (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, "
+        "status VARCHAR(16) NOT NULL, claim_token BIGINT NOT NULL, attempts INTEGER NOT NULL, "
+        "deleted_at DATETIME(6) NOT NULL)",
+        f"CREATE TRIGGER {DELETED}_copy AFTER DELETE ON {_JOBS} FOR EACH ROW INSERT INTO {DELETED} "
+        f"({_DELETED_COLUMNS}) VALUES (OLD.id, OLD.status, OLD.claim_token, OLD.attempts, UTC_TIMESTAMP(6))",
+    ],
 }
 
 _DROP = {
@@ -70,6 +81,12 @@ _DROP = {
         f"DROP TABLE IF EXISTS {DELETED}",
     ],
     "sqlite": [
+        f"DROP TRIGGER IF EXISTS {STARTS}_copy",
+        f"DROP TABLE IF EXISTS {STARTS}",
+        f"DROP TRIGGER IF EXISTS {DELETED}_copy",
+        f"DROP TABLE IF EXISTS {DELETED}",
+    ],
+    "mysql": [
         f"DROP TRIGGER IF EXISTS {STARTS}_copy",
         f"DROP TABLE IF EXISTS {STARTS}",
         f"DROP TRIGGER IF EXISTS {DELETED}_copy",
@@ -131,4 +148,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def _microseconds(value: datetime | str) -> int:
     if isinstance(value, str):  # SQLite: the text the queue wrote, in UTC
         value = datetime.fromisoformat(value).replace(tzinfo=UTC)
+    elif value.tzinfo is None:  # MySQL: naive, in UTC
+        value = value.replace(tzinfo=UTC)
     return (value - _EPOCH) // timedelta(microseconds=1)

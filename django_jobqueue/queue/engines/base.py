@@ -153,6 +153,11 @@ class Engine:
         code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
         return str(code) if code is not None else None
 
+    def is_connection_error(self, cause: BaseException | None) -> bool:
+        """Whether the driver's ``cause`` of an OperationalError or InterfaceError is a lost, refused
+        or timed-out connection (or a lock not had in time): a write that may succeed if tried again."""
+        return True
+
     def pairs(self, count: int) -> str:
         """SQL of ``count`` pairs of parameters that ``(a, b) IN`` may test a row against."""
         return "(VALUES " + ", ".join(["(%s, %s)"] * count) + ")"

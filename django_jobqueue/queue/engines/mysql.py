@@ -22,6 +22,9 @@ from .base import Engine
 FLOW_LOCK_TABLE = "django_jobqueue_flowlock"
 
 
+_TRY_AGAIN = frozenset({"1040", "1053", "1205", "1213", "1317", "1927"})
+
+
 class MySQLEngine(Engine):
     vendor = "mysql"
 
@@ -87,6 +90,13 @@ class MySQLEngine(Engine):
 
     def concat(self, *parts: str) -> str:
         return f"CONCAT({', '.join(parts)})"
+
+    def is_connection_error(self, cause: BaseException | None) -> bool:
+        code = self.error_code(cause)
+        # The client's own errors (2000-2999: the server gone, lost, unreachable) and the
+        # server's that a try later may not meet: too many connections, shutting down, a
+        # lock wait timeout, a deadlock, a killed query or connection.
+        return code is None or int(code) >= 2000 or code in _TRY_AGAIN
 
     def error_code(self, cause: BaseException | None) -> str | None:
         """MySQLdb's errors carry the server's error number first."""

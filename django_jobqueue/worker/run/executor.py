@@ -52,7 +52,7 @@ from django.db import connections
 from ...models import Job
 from ...queue import QueueClient
 from ..completer import Answer, Completer, Report
-from ..outage import CONNECTION_ERRORS, DATABASE_ERRORS, Shortage, close_connection, failed_to_connect
+from ..outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_connect, is_connection_error
 from .attempt import run_job, timeout_verdict
 from .connections import close_all_connections, close_held_connections, job_queried, watch_queries
 from .control import RunControl, StopReason, ThreadTarget
@@ -332,7 +332,7 @@ class Executor:
             )
         except DATABASE_ERRORS as exc:
             close_connection(self.client.using)
-            again = self.shortage is not None and isinstance(exc, CONNECTION_ERRORS)
+            again = self.shortage is not None and is_connection_error(self.client.using, exc)
             self._log_unrecorded(job, exc, retried=again)
             return Outcome.UNRECORDED, again
         if not nacked:
