@@ -42,6 +42,7 @@ def is_connection_error(using: str, exc: BaseException) -> bool:
         return False
     return engine_for(connections[using]).is_connection_error(exc.__cause__)
 
+
 FIRST_DELAY = 0.25  # seconds: a terminated backend is usually back at once
 MAX_DELAY = 30.0
 
