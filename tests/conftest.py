@@ -65,6 +65,24 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         connection.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def mysql_statements_on_mariadb() -> Iterator[None]:
+    """With JOBQUEUE_TEST_MYSQL_STATEMENTS=1, MariaDB is asked as MySQL is: without RETURNING.
+
+    MySQL 8 has no INSERT … RETURNING nor DELETE … RETURNING, which MariaDB
+    has; this runs the statements the engine writes for MySQL on the MariaDB
+    server at hand (``make test-mariadb``'s second run), in this process only.
+    """
+    if not os.environ.get("JOBQUEUE_TEST_MYSQL_STATEMENTS"):
+        yield
+        return
+    from django_jobqueue.queue import engines
+
+    mariadb, engines.MARIADB = engines.MARIADB, engines.MySQLEngine()
+    yield
+    engines.MARIADB = mariadb
+
+
 @pytest.fixture
 def queue(transactional_db: None) -> QueueClient:
     """A QueueClient on committed transactions (claims inside TestCase prove nothing)."""

@@ -24,7 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from django_jobqueue.models import Job
 from django_jobqueue.queue import internals, validation
 from django_jobqueue.queue.native import bound_cursor, fetch_rows
-from django_jobqueue.queue.ops.enqueue import NewJobBuilder, inserted_values, with_trace_context
+from django_jobqueue.queue.ops.new_jobs import NewJobBuilder, inserted_values, with_trace_context
 from django_jobqueue.queue.ops.tables import NewJob
 from django_jobqueue.queue.rows import JOB_FIELDS, jobs_from_values, loaded_job
 

@@ -1,6 +1,7 @@
 """Every statement that changes a job, dead-letter or worker row, and nothing else.
 
-One module per stage: ``enqueue`` and ``copy`` (new jobs), ``rounds``,
+One module per stage: ``enqueue`` and ``copy`` (new jobs, built as ``Job``
+by ``new_jobs``), ``rounds``,
 ``picks`` and ``limited`` (claims), ``acks``, ``claims`` (retry, bury,
 extend, release), ``upkeep`` (expired claims, pruning), ``history`` (the
 attempt history's entry, which those write), ``dependencies``

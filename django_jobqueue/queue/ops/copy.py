@@ -20,7 +20,7 @@ from ..engines import engine_for
 from ..internals import copy_rows
 from ..native import bound_cursor
 from ..rows import datetime_as_read
-from .enqueue import NewJobBuilder
+from .new_jobs import NewJobBuilder
 from .tables import JOB, NOTIFY_CHANNEL, NOTIFY_QUEUES, NewJob, new_jobs_table
 
 

@@ -122,21 +122,41 @@ def retry_dead_letter(using: str, dead_letter_id: int) -> Job:
     """
     cursor, engine = cursor_and_engine(using)
     with transaction.atomic(using=using):
-        cursor.execute(
-            f"{_revive_sql(engine)} WHERE id = %s {engine.for_update} RETURNING {JOB_COLUMNS_SQL}",
-            [dead_letter_id],
-        )
-        row = cursor.fetchone()
+        if engine.supports_insert_returning:
+            cursor.execute(
+                f"{_revive_sql(engine)} WHERE id = %s {engine.for_update} RETURNING {JOB_COLUMNS_SQL}",
+                [dead_letter_id],
+            )
+            row = cursor.fetchone()
+        else:
+            revived = _revived_one_by_one(using, [dead_letter_id])
+            row = returning_ops.rows_of(using, JOB, revived, JOB_COLUMNS_SQL)[0] if revived else None
         if row is None:
             raise DeadLetter.DoesNotExist(f"dead letter {dead_letter_id} does not exist")
-        cursor.execute(f"DELETE FROM {DEAD} WHERE id = %s RETURNING job_id", [dead_letter_id])
         job = job_from_row(using, row)
+        old_job_id = returning_ops.delete_returning(
+            using, DEAD, "id = %s", [dead_letter_id], "job_id", engine.for_update
+        )[0][0]
         # Its dependents wait on the new job now.
-        job.has_dependents = bool(repoint_dependencies(using, [(cursor.fetchone()[0], job.pk)]))
+        job.has_dependents = bool(repoint_dependencies(using, [(old_job_id, job.pk)]))
         if job.batch_id is not None:
             # Outstanding again: no longer failed, unless its batch has finished already.
             record_operator_outcomes(using, {job.batch_id: Counts(failed=-1)})
     return job
+
+
+def _revived_one_by_one(using: str, dead_letter_ids: Sequence[int]) -> list[int]:
+    """Revive the dead letters ``dead_letter_ids``, locked first, one insert each in id order; the new
+    jobs' ids, each the driver's last (MySQL: no INSERT … RETURNING). A dead letter gone is passed over."""
+    cursor, engine = cursor_and_engine(using)
+    present = returning_ops.locked_ids(
+        using, DEAD, f"id IN ({marks(dead_letter_ids)})", list(dead_letter_ids), engine.for_update
+    )
+    new_ids: list[int] = []
+    for dead_letter_id in present:
+        cursor.execute(f"{_revive_sql(engine)} WHERE id = %s", [dead_letter_id])
+        new_ids.append(int(cursor.lastrowid))
+    return new_ids
 
 
 # An SQL ``SELECT`` of dead-letter ids and its parameters: the rows an operator chose.
@@ -191,12 +211,16 @@ def retry_dead_letter_batch(
         ids = [row[0] for row in picked]
         # Ids are drawn in the order the ORDER BY hands rows to the insert, so
         # the new jobs sorted by id pair up with the dead letters sorted by id.
-        cursor.execute(
-            f"{_revive_sql(engine)} WHERE id IN ({marks(ids)}) "
-            "ORDER BY id RETURNING id, name, queue, batch_id",
-            ids,
-        )
-        created = sorted(cursor.fetchall())
+        if engine.supports_insert_returning:
+            cursor.execute(
+                f"{_revive_sql(engine)} WHERE id IN ({marks(ids)}) "
+                "ORDER BY id RETURNING id, name, queue, batch_id",
+                ids,
+            )
+            created = sorted(cursor.fetchall())
+        else:
+            new_ids = _revived_one_by_one(using, ids)
+            created = sorted(returning_ops.rows_of(using, JOB, new_ids, "id, name, queue, batch_id"))
         cursor.execute(f"DELETE FROM {DEAD} WHERE id IN ({marks(ids)})", ids)
         # Their dependents wait on the new jobs now.
         repoint_dependencies(using, [(old, new[0]) for (_, old), new in zip(picked, created, strict=True)])

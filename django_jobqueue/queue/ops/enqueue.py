@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
@@ -24,18 +22,16 @@ from django.db.backends.utils import CursorWrapper
 from ...models import Job
 from ..conflicts import is_duplicate_key
 from ..engines import Engine, engine_for
-from ..internals import init_signals_listened, instance_from_attrs
 from ..native import bound_cursor, fetch_rows
 from ..rows import (
     JOB_COLUMNS_SQL,
-    NEW_JOB_DEFAULTS,
-    NEW_JOB_FRESH_BY_NAME,
     datetime_as_read,
     job_from_row,
     jobs_from_rows,
     jobs_from_values,
     to_datetime,
 )
+from .new_jobs import inserted_values, with_trace_context
 from .tables import (
     INSERT_COLUMNS,
     JOB,
@@ -99,7 +95,7 @@ def _insert_values(
 ) -> list[Job]:
     """Insert ``chunk`` with one ``INSERT … VALUES`` of a row of parameters per job."""
     run_ats: list[str] = []
-    params: list[Any] = []
+    rows: list[list[Any]] = []
     trace_json = None if trace_context is None else json.dumps(trace_context)
     for new in chunk:
         if new.run_at is not None:
@@ -110,18 +106,50 @@ def _insert_values(
         else:
             run_at_sql, params_run_at = engine.now, []
         run_ats.append(run_at_sql)
-        params += [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
-        params += [new.visibility_timeout, new.timeout, new.concurrency_key, new.concurrency_limit]
-        params += [*params_run_at, new.unique_key, new.task_backend]
+        row = [new.name, new.queue, new.payload_json, new.priority, new.max_attempts]
+        row += [new.visibility_timeout, new.timeout, new.concurrency_key, new.concurrency_limit]
+        row += [*params_run_at, new.unique_key, new.task_backend]
         if trace_json is not None:
-            params.append(trace_json)
+            row.append(trace_json)
+        rows.append(row)
     keyed = any(new.unique_key is not None for new in chunk)
-    cursor.execute(_insert_values_sql(engine, tuple(run_ats), keyed, trace_json is not None), params)
+    traced = trace_json is not None
+    if not engine.supports_insert_returning:
+        returned = _insert_row_by_row(connection, engine, cursor, run_ats, rows, keyed, traced)
+        return _inserted_jobs(connection, chunk, returned, keyed, trace_context)
+    params = [value for row in rows for value in row]
+    cursor.execute(_insert_values_sql(engine, tuple(run_ats), keyed, traced), params)
     return _inserted_jobs(connection, chunk, fetch_rows(connection, cursor), keyed, trace_context)
 
 
+def _insert_row_by_row(
+    connection: BaseDatabaseWrapper,
+    engine: Engine,
+    cursor: CursorWrapper,
+    run_ats: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    keyed: bool,
+    traced: bool,
+) -> list[Any]:
+    """``_insert_values`` where an insert cannot return its rows (MySQL): one row a statement, each
+    id the driver's last, in one transaction; then what RETURNING would have given, read back.
+
+    MySQL does not promise one statement's rows consecutive ids (innodb_autoinc_lock_mode 2,
+    its default), so a multi-row insert's ids could not be told from its first.
+    """
+    ids: list[int] = []
+    with transaction.atomic(using=connection.alias):
+        for run_at_sql, row in zip(run_ats, rows, strict=True):
+            cursor.execute(_insert_values_sql(engine, (run_at_sql,), keyed, traced, returning=False), row)
+            ids.append(int(cursor.lastrowid))
+        cursor.execute(f"SELECT {_INSERTED_RETURNING} FROM {JOB} WHERE id IN ({marks(ids)}) ORDER BY id", ids)
+        return list(cursor.fetchall())
+
+
 @functools.lru_cache(maxsize=64)
-def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool, traced: bool) -> str:
+def _insert_values_sql(
+    engine: Engine, run_ats: tuple[str, ...], keyed: bool, traced: bool, returning: bool = True
+) -> str:
     """``_insert_values``'s statement for rows whose ``run_at`` are these SQL expressions."""
     columns, trace_sql = (INSERT_COLUMNS + TRACE_COLUMN, ", %s") if traced else (INSERT_COLUMNS, "")
     rows_sql = ", ".join(
@@ -131,10 +159,8 @@ def _insert_values_sql(engine: Engine, run_ats: tuple[str, ...], keyed: bool, tr
     )
     on_conflict = ON_LIVE_KEY_CONFLICT if keyed and engine.supports_on_conflict else ""
     notify = NOTIFY_RETURNING if engine.supports_listen_notify else ""
-    return (
-        f"INSERT INTO {new_jobs_table(engine)} ({columns}) VALUES {rows_sql} {on_conflict} "
-        f"RETURNING {_INSERTED_RETURNING}{notify}"
-    )
+    returned = f"RETURNING {_INSERTED_RETURNING}{notify}" if returning else ""
+    return f"INSERT INTO {new_jobs_table(engine)} ({columns}) VALUES {rows_sql} {on_conflict} {returned}"
 
 
 def _insert_past_holders(
@@ -335,95 +361,3 @@ def _live_job_for_key(
         if again:
             return again[0]
     raise RuntimeError(f"unique_key {new.unique_key!r} kept changing hands; enqueue again")
-
-
-def inserted_values(new: NewJob, job_id: int, run_at: datetime) -> dict[str, Any]:
-    """The values of the Job returned for ``new``, inserted as ``job_id``, beyond those its batch shares."""
-    return {
-        "id": job_id,
-        "name": new.name,
-        "queue": new.queue,
-        # The payload as the database gives it back: a flat one's copy, or its JSON decoded.
-        "payload": new.payload if new.payload is not None else json.loads(new.payload_json),
-        "priority": new.priority,
-        "max_attempts": new.max_attempts,
-        "visibility_timeout": new.visibility_timeout,
-        "timeout": new.timeout,
-        "concurrency_key": new.concurrency_key,
-        "concurrency_limit": new.concurrency_limit,
-        "run_at": run_at,
-        "task_backend": new.task_backend,
-    }
-
-
-# A new job's values that its batch's jobs mostly share: a ``NewJobBuilder`` template's key.
-_SHARED_FIELDS = (
-    "name",
-    "queue",
-    "priority",
-    "max_attempts",
-    "visibility_timeout",
-    "timeout",
-    "task_backend",
-    "concurrency_key",
-    "concurrency_limit",
-)
-_shape_of = operator.itemgetter(*(NewJob._fields.index(field) for field in _SHARED_FIELDS))
-
-
-class NewJobBuilder:
-    """Each new job of a batch as its ``Job``, from what its insert wrote (as ``jobs_from_values`` does).
-
-    The jobs of a batch mostly share every value but their id, payload and
-    ``run_at``: each set of the values they share (``_SHARED_FIELDS``) makes
-    a template once, and a job is a copy of its template given its own three
-    values and fresh lists, with no dict of its values built in between.
-    """
-
-    def __init__(self, using: str, shared: dict[str, Any], trace_context: Mapping[str, str] | None) -> None:
-        self.using = using
-        self.shared = shared
-        self.trace_context = trace_context
-        self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
-        # The mutable defaults (lists), each job its own; the payload is each job's anyway.
-        own = {"payload", *shared}
-        self._fresh = [(name, make) for name, make in NEW_JOB_FRESH_BY_NAME if name not in own]
-        # Where an init signal has a receiver, each job is built the ORM's way, so that it is sent.
-        self._as_orm = init_signals_listened(Job)
-
-    def build(self, new: NewJob, job_id: int, run_at: datetime) -> Job:
-        if self._as_orm:
-            values = {**self.shared, **inserted_values(new, job_id, run_at)}
-            return jobs_from_values(self.using, with_trace_context([values], self.trace_context))[0]
-        shape = _shape_of(new)
-        template = self._templates.get(shape)
-        if template is None:
-            shared = {field: getattr(new, field) for field in _SHARED_FIELDS}
-            template = self._templates[shape] = {**NEW_JOB_DEFAULTS, **self.shared, **shared}
-        attrs = template.copy()
-        attrs["id"] = job_id
-        # The payload as the database gives it back: a flat one's copy, or its JSON decoded.
-        attrs["payload"] = new.payload if new.payload is not None else json.loads(new.payload_json)
-        attrs["run_at"] = run_at
-        for name, make in self._fresh:
-            attrs[name] = make()
-        if self.trace_context is not None:
-            attrs["trace_context"] = dict(self.trace_context)
-        return instance_from_attrs(Job, self.using, attrs)
-
-
-def with_trace_context(
-    values: Iterable[dict[str, Any]], trace_context: Mapping[str, str] | None
-) -> Iterable[dict[str, Any]]:
-    """``values`` of new jobs, each with its own copy of ``trace_context`` if there is one."""
-    if trace_context is None:
-        return values  # the field's default, None, is what the row holds
-    return _each_with(values, trace_context)
-
-
-def _each_with(
-    values: Iterable[dict[str, Any]], trace_context: Mapping[str, str]
-) -> Iterator[dict[str, Any]]:
-    for job_values in values:
-        job_values["trace_context"] = dict(trace_context)
-        yield job_values
