@@ -168,15 +168,28 @@ def database(transactional_db: None, tmp_path: Path) -> Iterator[Database]:
         yield db
         db.connection.close()
         return
+    if connection.vendor == "mysql" and not has_mysql_engine(PREVIOUS_MIGRATION_STATE):
+        pytest.skip(
+            "the code of the previous migration state has no MySQL engine: "
+            "no workers of it ran on MySQL to upgrade"
+        )
     name = f"{connection.settings_dict['NAME']}_upgrade"
+    quoted = connection.ops.quote_name(name)
+    force = " WITH (FORCE)" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cursor.execute(f'CREATE DATABASE "{name}"')
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}{force}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
     db = Database(f"{database_url().rsplit('/', 1)[0]}/{quote(name)}", name)
     yield db
     db.connection.close()
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}{force}")
+
+
+def has_mysql_engine(commit: str) -> bool:
+    """Whether the code of ``commit`` runs on MySQL (it has the engine module)."""
+    require_commit(commit)
+    return git("cat-file", "-e", f"{commit}:django_jobqueue/queue/engines/mysql.py").returncode == 0
 
 
 @pytest.fixture
