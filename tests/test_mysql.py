@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from django.db import connection, transaction
 
-from django_jobqueue import QueueClient
+from django_jobqueue import QueueClient, enqueue_many
 from django_jobqueue.models import Job
+from tests.racing import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,3 +68,45 @@ def test_a_claim_locks_the_jobs_it_takes_and_hardly_any_other(
     assert len(claimed) == 5
     # Each job taken is two records (the claim index's and the row's), and the scan's end one more.
     assert locked <= 2 * 5 + 4
+
+
+def test_batches_of_the_same_keys_in_opposite_orders_make_one_job_a_key(queue: QueueClient) -> None:
+    """InnoDB checks a unique key under a lock on its index record: two inserts of the same keys in
+    opposite orders deadlock. The enqueue is run again, and each key ends with one live job."""
+    keys = [f"k{n}" for n in range(400)]
+    orders = [keys, keys[::-1], keys[::2] + keys[1::2], keys[1::2][::-1] + keys[::2]]
+    for round_ in range(5):
+        batches = [
+            [("tests.noop", {"r": round_}, {"unique_key": f"{round_}-{key}"}) for key in order]
+            for order in orders
+        ]
+        results = run_together([partial(enqueue_many, batch) for batch in batches])
+        by_key: dict[str, set[int]] = {}
+        for jobs in results:
+            for job in jobs:
+                by_key.setdefault(str(job.unique_key), set()).add(job.pk)
+        assert all(len(ids) == 1 for ids in by_key.values()), by_key
+    assert Job.objects.count() == 5 * len(keys)
+
+
+def test_a_deadlock_inside_the_callers_transaction_reaches_the_caller(queue: QueueClient) -> None:
+    """InnoDB rolled the whole transaction back: a try again in a savepoint cannot be, so the error
+    goes to the caller, whose transaction it was (the queue's own transactions are tried again)."""
+    from django.db import OperationalError
+
+    from django_jobqueue.queue.conflicts import run_retrying
+
+    calls = []
+
+    def deadlocked() -> None:
+        calls.append(1)
+        with connection.cursor() as cursor:
+            cursor.execute("SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found'")
+
+    with pytest.raises(OperationalError), transaction.atomic():
+        run_retrying("default", deadlocked)
+    assert calls == [1]
+    calls.clear()
+    with pytest.raises(OperationalError):
+        run_retrying("default", deadlocked)
+    assert len(calls) == 8  # conflicts.ATTEMPTS, outside any transaction of the caller's

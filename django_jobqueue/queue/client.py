@@ -90,7 +90,11 @@ class QueueClient(Operating, WorkerDuties):
                 )
             )
         new_jobs = list(jobs)
-        insert = _waiting_insert(self.using) if any(new.depends_on for new in new_jobs) else ops.insert_jobs
+        insert = (
+            _waiting_insert(self.using)
+            if any(new.depends_on for new in new_jobs)
+            else _plain_insert(self.using)
+        )
         return batching.joined(
             traced_insert(
                 lambda trace_context: insert(self.using, new_jobs, trace_context),
@@ -116,7 +120,7 @@ class QueueClient(Operating, WorkerDuties):
     def _insert_one(self, new_job: ops.NewJob) -> Job:
         """Insert ``new_job``, with the trace context it is enqueued in, and return it."""
         batching.check_database(self.using)
-        insert = _waiting_insert(self.using) if new_job.depends_on else ops.insert_jobs
+        insert = _waiting_insert(self.using) if new_job.depends_on else _plain_insert(self.using)
         job = traced_insert(
             lambda trace_context: insert(self.using, [new_job], trace_context)[0],
             f"jobqueue.enqueue {new_job.name}",
@@ -362,9 +366,23 @@ class QueueClient(Operating, WorkerDuties):
 def _waiting_insert(using: str) -> Callable[..., list[Job]]:
     """``ops.insert_waiting_jobs``, run again on a conflict: it locks the jobs it names in ``depends_on``.
 
-    Any other insert locks no row that is not its own, and so meets no conflict.
+    Any other insert locks no row that is not its own, and so meets no
+    conflict, but on MySQL (``_plain_insert``).
     """
     return lambda *args: run_retrying(using, lambda: ops.insert_waiting_jobs(*args))
+
+
+def _plain_insert(using: str) -> Callable[..., list[Job]]:
+    """``ops.insert_jobs``; on MySQL, run again on a deadlock outside the caller's transaction.
+
+    InnoDB checks a new row's unique key under a lock on the key's index
+    record: two inserts of the same keys in opposite orders deadlock there.
+    Elsewhere ``ON CONFLICT`` waits for the other insert and passes over its
+    key, and a plain insert is not wrapped, so as to add nothing to its cost.
+    """
+    if not engine_for(connections[using]).conflict_ends_transaction:
+        return ops.insert_jobs
+    return lambda *args: run_retrying(using, lambda: ops.insert_jobs(*args))
 
 
 def _batch_of(acks: Sequence[tuple[Job, Any]]) -> dict[int, int]:
