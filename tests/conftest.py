@@ -133,6 +133,21 @@ def on_postgresql() -> bool:
 
 
 @pytest.fixture
+def row_locks() -> bool:
+    """Whether writers lock rows and run side by side (PostgreSQL, MySQL), so that races overlap."""
+    from django_jobqueue.queue import engine_for
+
+    return engine_for(connection).supports_concurrent_writers
+
+
+@pytest.fixture
+def row_locks_only(row_locks: bool) -> Iterator[None]:
+    if not row_locks:
+        pytest.skip("a database that locks rows (PostgreSQL, MySQL) only")
+    yield
+
+
+@pytest.fixture
 def postgresql_only() -> Iterator[None]:
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL only")

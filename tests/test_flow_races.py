@@ -106,7 +106,7 @@ def claim_for(
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_many_claimers_never_exceed_a_keys_limit(postgresql_only):
+def test_many_claimers_never_exceed_a_keys_limit(row_locks_only):
     items = [("tests.noop", {}, {}) for _ in range(3000)]
     ids = [job.pk for job in enqueue_many(items)]
     for n, key in enumerate(["a", "b", "c", "d", "e", "f"]):
@@ -141,7 +141,7 @@ def produce_into(queue: str) -> Callable[[int], None]:
 
 
 @override_settings(JOBQUEUE={"QUEUES": {"capped": {"concurrency": 3}}})
-def test_many_claimers_never_exceed_a_queue_cap(postgresql_only):
+def test_many_claimers_never_exceed_a_queue_cap(row_locks_only):
     enqueue_many([("tests.noop", {}, {"queue": "capped"}) for _ in range(2000)])
     failures: list[BaseException] = []
     runs = claim_for(4.0, 8, lambda job: job.queue, produce=produce_into("capped"), failures=failures)
@@ -151,7 +151,7 @@ def test_many_claimers_never_exceed_a_queue_cap(postgresql_only):
 
 
 @override_settings(JOBQUEUE={"QUEUES": {"rated": {"rate_limit": "20/s"}}})
-def test_many_claimers_never_exceed_a_rate(postgresql_only, monkeypatch):
+def test_many_claimers_never_exceed_a_rate(row_locks_only, monkeypatch):
     # The ledger is kept whole, so that every start's own time (the database's
     # clock, taken under the flow lock) can be checked afterwards.
     keep_all = f"DELETE FROM {QueueStart._meta.db_table} WHERE queue = %s AND 1 = 0"

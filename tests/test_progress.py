@@ -197,7 +197,7 @@ def run_in_thread(executor: Executor, job: Job) -> tuple[threading.Thread, list[
 
 
 def test_a_report_inside_the_jobs_atomic_is_seen_at_once_and_survives_its_rollback(
-    queue, tmp_path, on_postgresql
+    queue, tmp_path, row_locks
 ):
     path, release = str(tmp_path / "events"), tmp_path / "release"
     job = claimed(queue, "progress.inside_atomic", {"path": path, "release": str(release)})
@@ -206,7 +206,7 @@ def test_a_report_inside_the_jobs_atomic_is_seen_at_once_and_survives_its_rollba
     try:
         thread, outcomes = run_in_thread(executor, job)
         wait_until(lambda: events(path), message="the job reported")
-        if on_postgresql:
+        if row_locks:
             # On SQLite the job's (IMMEDIATE) transaction holds the one write lock until it ends.
             wait_until(lambda: stored(job) == inside, timeout=5, message="progress written while it runs")
         release.touch()

@@ -194,7 +194,7 @@ def test_retried_dead_letters_wake_the_workers_of_their_queues(queue, listener):
 # uncommitted (PostgreSQL; SQLite serialises writers, so there it runs after).
 
 
-def test_cancel_leaves_done_a_job_whose_ack_is_committing(queue, job_factory, on_postgresql):
+def test_cancel_leaves_done_a_job_whose_ack_is_committing(queue, job_factory, row_locks):
     job_factory()
     claimed = queue.pull(worker_id="w")
 
@@ -202,10 +202,10 @@ def test_cancel_leaves_done_a_job_whose_ack_is_committing(queue, job_factory, on
 
     assert raced.result == []
     assert fetch(claimed).status == "done"
-    assert raced.blocked == on_postgresql
+    assert raced.blocked == row_locks
 
 
-def test_retry_now_leaves_running_a_job_whose_claim_is_committing(queue, job_factory, on_postgresql):
+def test_retry_now_leaves_running_a_job_whose_claim_is_committing(queue, job_factory, row_locks):
     job = job_factory()
     claimed: list[Job] = []
 
@@ -217,10 +217,10 @@ def test_retry_now_leaves_running_a_job_whose_claim_is_committing(queue, job_fac
     assert raced.result == [] and [j.pk for j in claimed] == [job.pk]
     row = fetch(job)
     assert (row.status, row.locked_by, row.attempts) == ("running", "w", 1)
-    assert raced.blocked == on_postgresql
+    assert raced.blocked == row_locks
 
 
-def test_retry_now_of_a_key_another_retry_now_is_reviving_brings_back_one(queue, job_factory, on_postgresql):
+def test_retry_now_of_a_key_another_retry_now_is_reviving_brings_back_one(queue, job_factory, row_locks):
     first = job_factory(unique_key="k")
     queue.cancel(first)
     second = job_factory(unique_key="k")
@@ -230,10 +230,10 @@ def test_retry_now_of_a_key_another_retry_now_is_reviving_brings_back_one(queue,
 
     assert raced.result == []
     assert fetch(first).status == "ready" and fetch(second).status == "cancelled"
-    assert raced.blocked == on_postgresql
+    assert raced.blocked == row_locks
 
 
-def test_deleting_a_dead_letter_that_a_retry_is_committing_deletes_nothing(queue, on_postgresql):
+def test_deleting_a_dead_letter_that_a_retry_is_committing_deletes_nothing(queue, row_locks):
     letter = make_dead(queue)
 
     raced = race(
@@ -242,10 +242,10 @@ def test_deleting_a_dead_letter_that_a_retry_is_committing_deletes_nothing(queue
 
     assert raced.result == 0
     assert Job.objects.count() == 1 and not DeadLetter.objects.exists()
-    assert raced.blocked == on_postgresql
+    assert raced.blocked == row_locks
 
 
-def test_retrying_a_dead_letter_that_a_delete_is_committing_makes_no_job(queue, on_postgresql):
+def test_retrying_a_dead_letter_that_a_delete_is_committing_makes_no_job(queue, row_locks):
     letter = make_dead(queue)
     Job.objects.all().delete()
 
@@ -255,4 +255,4 @@ def test_retrying_a_dead_letter_that_a_delete_is_committing_makes_no_job(queue, 
 
     assert raced.result == 0
     assert not Job.objects.exists() and not DeadLetter.objects.exists()
-    assert raced.blocked == on_postgresql
+    assert raced.blocked == row_locks

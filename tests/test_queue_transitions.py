@@ -422,7 +422,7 @@ def test_a_dead_letter_from_an_expired_claim_labels_the_earlier_traceback(queue,
 
 @pytest.mark.parametrize("max_attempts", [5, 1], ids=["rescue", "bury"])
 def test_tick_timeouts_leaves_alone_an_expired_claim_whose_ack_is_committing(
-    queue, job_factory, on_postgresql, max_attempts
+    queue, job_factory, row_locks, max_attempts
 ):
     job_factory(max_attempts=max_attempts)
     claimed = queue.pull(worker_id="w")
@@ -433,10 +433,10 @@ def test_tick_timeouts_leaves_alone_an_expired_claim_whose_ack_is_committing(
     assert raced.result == 0
     assert fetch(claimed).status == "done" and not DeadLetter.objects.exists()
     # SKIP LOCKED: a ticker passes over a row another transaction holds, never waits on it.
-    assert not raced.blocked and raced.overlapped == on_postgresql
+    assert not raced.blocked and raced.overlapped == row_locks
 
 
-def test_prune_leaves_alone_a_cancelled_job_that_retry_now_is_making_live(queue, job_factory, on_postgresql):
+def test_prune_leaves_alone_a_cancelled_job_that_retry_now_is_making_live(queue, job_factory, row_locks):
     job = job_factory()
     queue.cancel(job.pk)
     Job.objects.update(finished_at=timezone.now() - timedelta(hours=1))
@@ -445,11 +445,11 @@ def test_prune_leaves_alone_a_cancelled_job_that_retry_now_is_making_live(queue,
 
     assert raced.result == 0
     assert fetch(job).status == "ready"
-    assert not raced.blocked and raced.overlapped == on_postgresql
+    assert not raced.blocked and raced.overlapped == row_locks
     assert queue.prune(older_than=0) == 0, "a live job is never pruned later either"
 
 
-def test_prune_workers_spares_a_worker_whose_heartbeat_is_committing(queue, on_postgresql):
+def test_prune_workers_spares_a_worker_whose_heartbeat_is_committing(queue, row_locks):
     queue.register_worker("w", hostname="h", pid=1, queues=[], concurrency=1)
     Worker.objects.update(last_heartbeat=timezone.now() - timedelta(hours=1))
 
@@ -457,11 +457,11 @@ def test_prune_workers_spares_a_worker_whose_heartbeat_is_committing(queue, on_p
 
     assert raced.result == 0 and Worker.objects.filter(worker_id="w").exists()
     # One statement: it waits for the beat, then re-checks its own WHERE on the new row.
-    assert raced.blocked == on_postgresql
+    assert raced.blocked == row_locks
 
 
 @pytest.mark.parametrize("queues", [(), ("default",)], ids=["every-queue", "by-queue"])
-def test_a_claim_never_takes_a_job_whose_cancel_is_committing(queue, job_factory, on_postgresql, queues):
+def test_a_claim_never_takes_a_job_whose_cancel_is_committing(queue, job_factory, row_locks, queues):
     job = job_factory()
 
     raced = race(lambda: queue.cancel(job.pk), lambda: QueueClient().pull(*queues, worker_id="w"))
@@ -469,4 +469,4 @@ def test_a_claim_never_takes_a_job_whose_cancel_is_committing(queue, job_factory
     assert raced.result is None
     row = fetch(job)
     assert (row.status, row.attempts, row.locked_by) == ("cancelled", 0, None)
-    assert not raced.blocked and raced.overlapped == on_postgresql
+    assert not raced.blocked and raced.overlapped == row_locks

@@ -110,7 +110,7 @@ def test_a_done_and_pruned_job_does_not_free_its_fire_time(queue, events_path):
     assert len(later.job_ids) == 1
 
 
-def test_a_second_firer_passes_over_the_first_then_finds_it_fired(queue, events_path, on_postgresql):
+def test_a_second_firer_passes_over_the_first_then_finds_it_fired(queue, events_path, row_locks):
     schedules = declared(events_path)[:1]
     book = ScheduleBook()
     start = book.now()
@@ -130,6 +130,6 @@ def test_a_second_firer_passes_over_the_first_then_finds_it_fired(queue, events_
     # come back (SKIP LOCKED: a scheduler waits on no row); SQLite runs one writer at a
     # time, so it came after the commit and found the row fired.
     assert not raced.blocked
-    assert raced.result.held == (["race-1s"] if on_postgresql else [])
+    assert raced.result.held == (["race-1s"] if row_locks else [])
     assert ScheduleBook().fire_round(schedules, now=now).held == [], "back: nothing held, nothing owed"
     assert run_ats("race-1s") == owed

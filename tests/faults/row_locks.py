@@ -2,10 +2,11 @@
 
 ``race(change, action)`` runs ``change`` in a transaction on the test's own
 connection and, before that transaction commits, starts ``action`` on another
-connection (a thread, which may start a process). On PostgreSQL it waits until
-``action`` has either finished or is waiting on one of ``change``'s row locks
-(``pg_blocking_pids``), then commits, then waits for ``action``: the
-interleaving is forced, not hoped for. SQLite serialises writers, so there
+connection (a thread, which may start a process). On PostgreSQL and MySQL it
+waits until ``action`` has either finished or is waiting on one of
+``change``'s row locks (``pg_blocking_pids``; InnoDB's lock waits), then
+commits, then waits for ``action``: the interleaving is forced, not hoped
+for. SQLite serialises writers, so there
 ``change`` commits first and ``action`` runs after it: the only order SQLite
 allows, which shows that a guard is harmless there.
 """
@@ -38,7 +39,7 @@ class Raced(Generic[T]):
 
 def race(change: Callable[[], Any], action: Callable[[], T]) -> Raced[T]:
     """Run ``action`` on another connection while ``change`` is uncommitted; see the module."""
-    if connection.vendor != "postgresql":
+    if connection.vendor == "sqlite":
         with transaction.atomic():
             change()
         return Raced(action(), blocked=False, overlapped=False)
@@ -69,15 +70,32 @@ def _run(action: Callable[[], Any], outcome: dict[str, Any]) -> None:
 
 def _backend_pid() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
+        cursor.execute(
+            "SELECT CONNECTION_ID()" if connection.vendor == "mysql" else "SELECT pg_backend_pid()"
+        )
         return int(cursor.fetchone()[0])
 
 
 def _blocked_by(holder: int) -> list[int]:
-    """The backends waiting on a lock that ``holder`` holds (read live: pg_locks is not cached)."""
+    """The sessions waiting on a lock that ``holder`` holds (read live: neither database caches them)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT pid FROM pg_locks WHERE NOT granted AND %s = ANY(pg_blocking_pids(pid))",
-            [holder],
-        )
+        if connection.vendor == "mysql":
+            # InnoDB's lock waits; but MariaDB's optimizer reads a row picked by its primary key
+            # (a "const" table) before the statement's transaction is listed there, and waits on
+            # its lock in that read. So also: another session's statement on this database that
+            # has run for over 300 ms, which the queue's statements never take unless they wait.
+            cursor.execute(
+                "SELECT waiting.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS AS w "
+                "JOIN information_schema.INNODB_TRX AS waiting ON waiting.trx_id = w.requesting_trx_id "
+                "JOIN information_schema.INNODB_TRX AS holding ON holding.trx_id = w.blocking_trx_id "
+                "WHERE holding.trx_mysql_thread_id = %s "
+                "UNION SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> %s AND DB = DATABASE() "
+                "AND COMMAND = 'Query' AND TIME_MS > 300",
+                [holder, holder],
+            )
+        else:
+            cursor.execute(
+                "SELECT DISTINCT pid FROM pg_locks WHERE NOT granted AND %s = ANY(pg_blocking_pids(pid))",
+                [holder],
+            )
         return [row[0] for row in cursor.fetchall()]

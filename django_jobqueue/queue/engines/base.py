@@ -86,6 +86,10 @@ class Engine:
     # where the read locks what it scans, its plan must not depend on the table's statistics.
     queue_claim_hint: str = ""
     any_queue_claim_hint: str = ""
+    # The indexes a locking read of expired claims and of finished jobs reads, where a read
+    # must name its index (``force_index``): "" leaves it to the database.
+    expiry_index: str = ""
+    finished_index: str = ""
     # SQL true for a job without a concurrency key, and with one, as the claim indexes read it.
     unkeyed: str = "concurrency_key IS NULL"
     keyed: str = "concurrency_key IS NOT NULL"
@@ -126,6 +130,9 @@ class Engine:
     # A SELECT that sets this transaction's lock timeout from one parameter (text such as
     # '200ms') and returns the one it replaces; None where a lock wait cannot be bounded so.
     lock_timeout_sql: str | None = None
+    # Where the lock wait is bounded per session, in whole seconds, not per transaction
+    # (``lock_timeout_sql`` None): the session variable that bounds it (MySQL's).
+    session_lock_wait: str | None = None
     # ``with_lock_timeout``'s template: a value read once, which sets the lock timeout first.
     with_lock_timeout_template: str = ""
     # A SELECT that sets synchronous_commit for the rest of the transaction, from
@@ -157,6 +164,10 @@ class Engine:
         """Whether the driver's ``cause`` of an OperationalError or InterfaceError is a lost, refused
         or timed-out connection (or a lock not had in time): a write that may succeed if tried again."""
         return True
+
+    def force_index(self, name: str) -> str:
+        """The hint that makes a read of a table use its index ``name``; "" where none is needed."""
+        return ""
 
     def pairs(self, count: int) -> str:
         """SQL of ``count`` pairs of parameters that ``(a, b) IN`` may test a row against."""

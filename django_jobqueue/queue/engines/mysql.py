@@ -44,6 +44,8 @@ class MySQLEngine(Engine):
     now = "UTC_TIMESTAMP(6)"
     clock = now
     least = "LEAST"
+    # Per session and in whole seconds (MariaDB, MySQL): set and put back around a brief wait.
+    session_lock_wait = "innodb_lock_wait_timeout"
     flow_lock = f"SELECT id FROM {FLOW_LOCK_TABLE} WHERE id = 1 FOR UPDATE"
     # The scrape's reads from one snapshot: the next transaction only, set before it starts.
     snapshot_read = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
@@ -64,6 +66,8 @@ class MySQLEngine(Engine):
     # if only for a moment) other queues' rows.
     queue_claim_hint = "FORCE INDEX (jq_claim_idx)"
     any_queue_claim_hint = "FORCE INDEX (jq_claim_any_idx)"
+    expiry_index = "jq_expiry_idx"
+    finished_index = "jq_finished_idx"
     # The generated column that the claim indexes hold (MariaDB reads an index of a
     # generated column only where a statement names the column).
     unkeyed = "jq_keyed = 0"
@@ -83,6 +87,10 @@ class MySQLEngine(Engine):
         "ELSE {column} END, '$', {value})"
     )
     json_array_has_template = "JSON_CONTAINS({array}, CAST({value} AS CHAR))"
+
+    def force_index(self, name: str) -> str:
+        # A locking read scans (and locks) what its plan reads: the plan is not left to statistics.
+        return f"FORCE INDEX ({name})"
 
     def pairs(self, count: int) -> str:
         # Row constructors: MySQL spells a VALUES list ROW(…), MariaDB does not.

@@ -270,7 +270,9 @@ def _ack_values_by_id(
         return returning_ops.delete_returning(using, JOB, fence, fence_params, returning, engine.skip_locked)
     with transaction.atomic(using=using):
         cursor.execute(
-            f"SELECT id, claim_token FROM {JOB} WHERE {fence} ORDER BY id {engine.skip_locked}", fence_params
+            f"SELECT id, claim_token FROM {JOB} {engine.force_index(returning_ops.BY_ID)} WHERE {fence} "
+            f"ORDER BY id {engine.skip_locked}",
+            fence_params,
         )
         held = {(row[0], row[1]) for row in cursor.fetchall()}
         ids = sorted(job_id for job_id, _token in held)

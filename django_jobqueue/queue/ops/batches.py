@@ -227,7 +227,13 @@ def take_pending(using: str, batch_ids: Sequence[int]) -> None:
         rows = cursor.fetchall()
     else:
         rows = delete_returning(
-            using, PENDING, taken, list(batch_ids), "batch_id, done, failed, cancelled", engine.for_update
+            using,
+            PENDING,
+            taken,
+            list(batch_ids),
+            "batch_id, done, failed, cancelled",
+            engine.for_update,
+            index="jobqueue_batchcount_idx",
         )
     summed = tally((row[0], Counts(*row[1:])) for row in rows)
     for batch_id, (done, failed, cancelled) in sorted(summed.items()):

@@ -19,7 +19,7 @@ from ..rows import JOB_COLUMNS_SQL, job_from_row
 from . import returning as returning_ops
 from .batches import Counts, record_operator_outcomes, record_outcomes, tally
 from .dependencies import cancel_dependents, repoint_dependencies
-from .returning import locked_ids
+from .returning import BY_ID, locked_ids
 from .tables import (
     DEAD,
     INSERT_COLUMNS,
@@ -42,6 +42,8 @@ def move_to_dead_letters(
     lock: str,
     params: list[Any],
     limit: int | None = None,
+    index: str | None = BY_ID,
+    order: str | None = "id",
 ) -> int:
     """Copy the job rows matching ``where`` to the dead letters and delete them, atomically.
 
@@ -49,6 +51,7 @@ def move_to_dead_letters(
     with its last attempt's entry: ``history.pushed_entry``). ``params`` fill
     ``error_sql``, ``traceback_sql``, ``history_sql`` and ``where``, in that order.
     ``limit``: at most that many, passing over rows another transaction holds.
+    ``index``, ``order``: MySQL's locking read of them (``returning.locked_ids``).
     """
     cursor, engine = cursor_and_engine(using)
     where_params = params[len(params) - where.count("%s") :]
@@ -57,7 +60,7 @@ def move_to_dead_letters(
         if not engine.supports_update_returning:
             # The rows locked by a read of their own, then moved by id (MySQL: no LIMIT in an IN subquery).
             ids = locked_ids(
-                using, JOB, where, where_params, engine.skip_locked if limit else lock, limit=limit
+                using, JOB, where, where_params, engine.skip_locked if limit else lock, order, limit, index
             )
             if not ids:
                 return 0

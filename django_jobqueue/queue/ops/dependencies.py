@@ -58,6 +58,8 @@ from .tables import (
 )
 
 EDGE = Dependency._meta.db_table
+# The edges' index by dependency (MySQL's locking read of a dependency's edges names it).
+EDGE_INDEX = "jobqueue_dep_dependency_idx"
 # Repairs per statement of the tick's backstop.
 REPAIR_BATCH = 500
 
@@ -212,7 +214,7 @@ def _lock_dependents(using: str, job_ids: Sequence[int], pass_over: bool) -> lis
         edges = f"dependency_id IN ({marks(chunk)})"
         if not engine.supports_update_returning:
             lock = engine.skip_locked if pass_over else engine.for_update
-            rows = delete_returning(using, EDGE, edges, list(chunk), "dependent_id", lock)
+            rows = delete_returning(using, EDGE, edges, list(chunk), "dependent_id", lock, index=EDGE_INDEX)
             dependents.update(row[0] for row in rows)
             continue
         if pass_over:
@@ -248,7 +250,9 @@ def cancel_dependents(using: str, job_ids: Sequence[int]) -> list[tuple[int, str
                 cursor.execute(f"DELETE FROM {EDGE} WHERE {edges} RETURNING dependent_id", list(chunk))
                 rows = cursor.fetchall()
             else:
-                rows = delete_returning(using, EDGE, edges, list(chunk), "dependent_id", engine.for_update)
+                rows = delete_returning(
+                    using, EDGE, edges, list(chunk), "dependent_id", engine.for_update, index=EDGE_INDEX
+                )
             dependents.update(row[0] for row in rows)
         frontier = []
         for chunk in batched(sorted(dependents), ROWS_PER_STATEMENT):
@@ -306,7 +310,7 @@ def repair_waiting(using: str) -> int:
     free = f"status = 'waiting' AND NOT EXISTS (SELECT 1 FROM {EDGE} WHERE {EDGE}.dependent_id = {JOB}.id)"
     if not engine.supports_update_returning:
         # MySQL: no subquery of the table a DELETE or UPDATE changes; the rows are locked first.
-        delete_returning(using, EDGE, settled, [], "id", engine.skip_locked)
+        delete_returning(using, EDGE, settled, [], "id", engine.skip_locked, index=None, order=None)
     else:
         cursor.execute(
             f"DELETE FROM {EDGE} WHERE id IN (SELECT id FROM {EDGE} WHERE {settled} {engine.skip_locked}) "
@@ -317,7 +321,17 @@ def repair_waiting(using: str) -> int:
         with transaction.atomic(using=using):
             if not engine.supports_update_returning:
                 rows = update_returning(
-                    using, JOB, "status = 'ready'", [], free, [], "queue", engine.skip_locked, REPAIR_BATCH
+                    using,
+                    JOB,
+                    "status = 'ready'",
+                    [],
+                    free,
+                    [],
+                    "queue",
+                    engine.skip_locked,
+                    REPAIR_BATCH,
+                    index=engine.expiry_index,
+                    order=None,
                 )
             else:
                 cursor.execute(

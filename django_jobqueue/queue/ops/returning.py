@@ -6,6 +6,11 @@ so that two such changes lock what they share in the same order; the change
 by those ids, which the locks keep as they were read; and a read of what it
 returns. Passing over locked rows (``SKIP LOCKED``) or waiting on them is the
 caller's ``lock``, as it would be in a subquery of the one statement.
+
+InnoDB locks every index record a locking read scans, and keeps the locks of
+rows a sort read before its LIMIT: the read names the index it must use
+(``index``, the primary key unless the caller says otherwise), so that a
+change of a few ids never scans, and locks, a range of a secondary index.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from django.db import transaction
 
 from .tables import ROWS_PER_STATEMENT, batched, cursor_and_engine, marks
 
+# The index a locking read of rows by their ids reads.
+BY_ID = "PRIMARY"
+
 
 def locked_ids(
     using: str,
@@ -24,13 +32,20 @@ def locked_ids(
     where: str,
     params: Sequence[Any],
     lock: str,
-    order: str = "id",
+    order: str | None = "id",
     limit: int | None = None,
+    index: str | None = BY_ID,
 ) -> list[int]:
-    """The ids of the rows of ``table`` that ``where`` picks, locked with ``lock``, in ``order``."""
-    cursor, _ = cursor_and_engine(using)
+    """The ids of the rows of ``table`` that ``where`` picks, locked with ``lock``, in ``order``.
+
+    ``index``: the index the read must use (None: the optimizer's choice);
+    ``order`` None reads in that index's order, so that a LIMIT stops the scan.
+    """
+    cursor, engine = cursor_and_engine(using)
+    hint = engine.force_index(index) if index else ""
+    ordered = f" ORDER BY {order}" if order else ""
     limited = f" LIMIT {int(limit)}" if limit is not None else ""
-    cursor.execute(f"SELECT id FROM {table} WHERE {where} ORDER BY {order}{limited} {lock}", list(params))
+    cursor.execute(f"SELECT id FROM {table} {hint} WHERE {where}{ordered}{limited} {lock}", list(params))
     return [row[0] for row in cursor.fetchall()]
 
 
@@ -44,14 +59,16 @@ def update_returning(
     returning: str,
     lock: str,
     limit: int | None = None,
+    index: str | None = BY_ID,
+    order: str | None = "id",
 ) -> list[Any]:
     """``UPDATE table SET sets WHERE where RETURNING returning``, as three statements; its rows.
 
     ``sets`` may read the row's columns as they were; ``returning`` reads
-    them as the change left them, in id order.
+    them as the change left them, in id order. ``index``, ``order``: as for ``locked_ids``.
     """
     with transaction.atomic(using=using):
-        ids = locked_ids(using, table, where, where_params, lock, limit=limit)
+        ids = locked_ids(using, table, where, where_params, lock, order, limit, index)
         return update_ids_returning(using, table, sets, set_params, ids, returning)
 
 
@@ -85,12 +102,15 @@ def delete_returning(
     returning: str,
     lock: str,
     limit: int | None = None,
+    index: str | None = BY_ID,
+    order: str | None = "id",
 ) -> list[Any]:
-    """``DELETE FROM table WHERE where RETURNING returning``, the rows locked first in id order
-    (at most ``limit``): with MariaDB's ``DELETE … RETURNING``, else a read before the delete."""
+    """``DELETE FROM table WHERE where RETURNING returning``, the rows locked first (at most
+    ``limit``; ``index``, ``order`` as for ``locked_ids``): with MariaDB's ``DELETE … RETURNING``,
+    else a read before the delete."""
     cursor, engine = cursor_and_engine(using)
     with transaction.atomic(using=using):
-        ids = locked_ids(using, table, where, params, lock, limit=limit)
+        ids = locked_ids(using, table, where, params, lock, order, limit, index)
         if engine.supports_delete_returning:
             return delete_ids_returning(using, table, ids, returning)
         rows = rows_of(using, table, ids, returning)

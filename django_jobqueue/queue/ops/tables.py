@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from django.db import OperationalError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ...models import DeadLetter, Job, Worker
@@ -192,11 +192,15 @@ def waiting_briefly(using: str, locking: Callable[[bool], T]) -> T:
     Run inside the caller's transaction, which keeps the locks to its commit.
     The waits are bounded in a savepoint: a timeout rolls back what
     ``locking(False)`` did, and with it the bound, which is also put back
-    once it is done. Where the engine cannot bound a wait (SQLite, whose one
-    writer holds every lock), ``locking(False)`` runs as it is.
+    once it is done. Where the bound is the session's, in whole seconds
+    (MySQL), the wait is a second at most. Where the engine cannot bound a
+    wait (SQLite, whose one writer holds every lock), ``locking(False)`` runs
+    as it is.
     """
     cursor, engine = cursor_and_engine(using)
     if engine.lock_timeout_sql is None:
+        if engine.session_lock_wait is not None:
+            return _waiting_briefly_in_session(using, engine.session_lock_wait, locking)
         return locking(False)
     try:
         with transaction.atomic(using=using):
@@ -208,6 +212,31 @@ def waiting_briefly(using: str, locking: Callable[[bool], T]) -> T:
     except OperationalError as error:
         if not is_lock_timeout(using, error):
             raise
+    return locking(True)
+
+
+def _waiting_briefly_in_session(using: str, variable: str, locking: Callable[[bool], T]) -> T:
+    """``waiting_briefly`` where the lock wait is bounded per session, in whole seconds (MySQL).
+
+    The session's bound is one second for ``locking(False)``, then what it was,
+    also when that fails: InnoDB's lock wait timeout (1205) rolls back the
+    statement alone, and the savepoint the rest of what it did.
+    """
+    cursor, _ = cursor_and_engine(using)
+    cursor.execute(f"SELECT @@SESSION.{variable}")
+    previous = int(cursor.fetchone()[0])
+    cursor.execute(f"SET SESSION {variable} = 1")
+    try:
+        with transaction.atomic(using=using):
+            return locking(False)
+    except OperationalError as error:
+        if not is_lock_timeout(using, error):
+            raise
+    finally:
+        try:
+            cursor.execute(f"SET SESSION {variable} = %s", [previous])
+        except DatabaseError:
+            pass  # the connection is gone, and its setting with it
     return locking(True)
 
 

@@ -106,6 +106,8 @@ def _bury_expired(using: str) -> int:
         "",
         [],
         limit=TICK_BATCH,
+        index=engine.expiry_index,
+        order="locked_until, id",
     )
 
 
@@ -122,7 +124,20 @@ def _rescue_expired(using: str) -> int:
             f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql(engine))}, "
             "locked_by = NULL, locked_until = NULL"
         )
-        rows = update_returning(using, JOB, sets, [], where, [], "id", engine.skip_locked, limit=TICK_BATCH)
+        # Read in the expiry index's order, so that the LIMIT ends the scan and its locks.
+        rows = update_returning(
+            using,
+            JOB,
+            sets,
+            [],
+            where,
+            [],
+            "id",
+            engine.skip_locked,
+            TICK_BATCH,
+            index=engine.expiry_index,
+            order="locked_until, id",
+        )
         return len(rows)
     cursor.execute(
         f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql(engine)}, "
@@ -156,7 +171,18 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
     def delete_some() -> int:
         if not engine.supports_update_returning:
             # MySQL: no LIMIT in an IN subquery; the rows are locked by a read of their own.
-            return len(delete_returning(using, JOB, finished, [older_than], "id", engine.skip_locked, batch))
+            deleted = delete_returning(
+                using,
+                JOB,
+                finished,
+                [older_than],
+                "id",
+                engine.skip_locked,
+                batch,
+                index=engine.finished_index,
+                order=None,
+            )
+            return len(deleted)
         cursor.execute(sql, [older_than, batch, older_than])
         return int(cursor.rowcount)
 
