@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import against, pgbouncer, report
-from .databases import create_database
+from .databases import create_database, create_mysql_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,6 +59,8 @@ FULL = {
     "flow_concurrencies": [8, 32, 100],
     "flow_timeout": 600.0,  # seconds a drain may take in all
     "flow_stall": 30.0,  # seconds a drain may log no job: a claim that takes nothing more
+    # MariaDB or MySQL at MYSQL_URL (bench/mysql_part.py).
+    "mysql_concurrencies": [1, 8, 32],
     # runworker against pgqueuer, each at its defaults (bench/pgqueuer_peer.py).
     "peer_jobs": 10_000,
     # Limited jobs behind a backlog (flow.measure_backlog): backlog_jobs keyed jobs, drain_jobs taken.
@@ -159,8 +161,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
     parser.add_argument(
         "--only",
-        choices=["postgresql", "sqlite", "pool", "flow", "against", "peers", "pooler"],
-        help="measure one database only; or on PostgreSQL only --pool processes against threads (pool), "
+        choices=["postgresql", "mysql", "sqlite", "pool", "flow", "against", "peers", "pooler"],
+        help="measure one database only (mysql: MariaDB or MySQL at MYSQL_URL); "
+        "or on PostgreSQL only --pool processes against threads (pool), "
         "only drains under concurrency limits against plain ones (flow), "
         "only the drains against --against's commit (against), "
         "only runworker against pgqueuer, each at its defaults (peers; needs the bench extra), "
@@ -199,7 +202,12 @@ def main() -> None:
     elif args.only == "against":
         parser.error("--only against needs --against REF")
     url = os.environ.get("DATABASE_URL", "")
-    if args.only != "sqlite" and not url.startswith(("postgres://", "postgresql://")):
+    mysql_url = os.environ.get("MYSQL_URL", "")
+    if args.only == "mysql" and not mysql_url.startswith("mysql://"):
+        raise SystemExit(
+            "set MYSQL_URL to a MariaDB or MySQL database, e.g. mysql://root@127.0.0.1:3306/jq_bench"
+        )
+    if args.only not in ("sqlite", "mysql") and not url.startswith(("postgres://", "postgresql://")):
         raise SystemExit(
             "set DATABASE_URL to a PostgreSQL database, e.g. postgres://postgres@127.0.0.1/jq_bench"
         )
@@ -207,7 +215,7 @@ def main() -> None:
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     results: dict[str, dict[str, list[float]]] = {}
-    if args.only != "sqlite":
+    if args.only not in ("sqlite", "mysql"):
         create_database(url)
         if "against" in cfg["parts"]:
             tree = Path(cfg["against"]["tree"])
@@ -218,6 +226,12 @@ def main() -> None:
         if "pooler" in cfg["parts"]:
             pooled = run_part("postgresql", url, {**cfg, "parts": ["pooler"]}, under_pgbouncer=True)
             results["postgresql"].update(pooled)
+    mysql_skipped = ""
+    if args.only in (None, "mysql") and mysql_url:
+        create_mysql_database(mysql_url)
+        results["mysql"] = run_part("mysql", mysql_url, {**cfg, "parts": ["queue"]})
+    elif args.only is None:
+        mysql_skipped = "MariaDB: skipped, MYSQL_URL is not set (e.g. mysql://root@127.0.0.1:3306/jq_bench)"
     if args.only in (None, "sqlite"):
         sqlite_file = ROOT / "var" / "bench.sqlite3"
         for suffix in ("", "-wal", "-shm"):
@@ -254,6 +268,11 @@ def main() -> None:
             print_part(title, report.pooler_rows(), samples, notes=report.pooler_notes(cfg))
         elif pooler_skipped:
             print(f"{pooler_skipped}\n")
+    if "mysql" in results:
+        samples = results["mysql"]
+        print_part("MariaDB / MySQL", report.mysql_rows(samples, cfg["mysql_concurrencies"]), samples)
+    elif mysql_skipped:
+        print(f"{mysql_skipped}\n")
     if "sqlite" in results:
         samples = results["sqlite"]
         print(report.render("SQLite", report.sqlite_rows(samples, cfg["sqlite_concurrencies"]), samples))

@@ -1,8 +1,9 @@
-"""The admin at size: every page timed over 1,000,000 jobs and 100,000 dead letters on PostgreSQL.
+"""The admin at size: every page timed over 1,000,000 jobs and 100,000 dead letters on PostgreSQL or MariaDB.
 
 The queue's metrics view (a Prometheus scrape) is timed with the pages.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/jq_admin_size .venv/bin/python bench/admin_at_size.py
+    DATABASE_URL=mysql://root@127.0.0.1:3306/jq_admin_size .venv/bin/python bench/admin_at_size.py
 
 Creates the database if it is missing and migrates it, fills it once (about a
 minute, ``INSERT ... SELECT generate_series``), then requests each admin page
@@ -31,6 +32,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench import admin_fill_mariadb  # noqa: E402 - the repository's root is on the path just above
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 # The test client's host; and no DEBUG, so that the query log is only what we capture.
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
@@ -114,11 +117,14 @@ def fill(refill: bool) -> None:
         return
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_jobqueue_job, django_jobqueue_deadletter, django_jobqueue_worker")
-        cursor.execute(FILL_JOBS)
-        cursor.execute(FILL_DEAD_LETTERS)
-        cursor.execute("VACUUM ANALYZE django_jobqueue_job")
-        cursor.execute("VACUUM ANALYZE django_jobqueue_deadletter")
+        if connection.vendor == "mysql":
+            admin_fill_mariadb.fill(cursor)
+        else:
+            cursor.execute("TRUNCATE django_jobqueue_job, django_jobqueue_deadletter, django_jobqueue_worker")
+            cursor.execute(FILL_JOBS)
+            cursor.execute(FILL_DEAD_LETTERS)
+            cursor.execute("VACUUM ANALYZE django_jobqueue_job")
+            cursor.execute("VACUUM ANALYZE django_jobqueue_deadletter")
     client = QueueClient()
     for n in range(16):
         client.register_worker(f"worker-{n}", hostname=f"web-{n % 4}", pid=1000 + n, queues=[], concurrency=8)
@@ -273,11 +279,15 @@ def main() -> None:
     args = parser.parse_args()
 
     url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
+    if url.startswith("mysql://"):
+        admin_fill_mariadb.ensure_database(url)
+    elif url.startswith(("postgres://", "postgresql://")):
+        ensure_database(url)
+    else:
         sys.exit(
-            "Set DATABASE_URL to a PostgreSQL database, e.g. postgres://postgres@127.0.0.1:5432/jq_admin_size"
+            "Set DATABASE_URL to a PostgreSQL database, "
+            "e.g. postgres://postgres@127.0.0.1:5432/jq_admin_size, or a MariaDB one, e.g. mysql://root@127.0.0.1:3306/jq_admin_size"
         )
-    ensure_database(url)
 
     import django
 

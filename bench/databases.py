@@ -1,4 +1,5 @@
-"""The bench's PostgreSQL databases, made through the ``postgres`` database of their server."""
+"""The bench's databases: PostgreSQL's made through the ``postgres`` database of their server,
+MySQL's by its root."""
 
 from __future__ import annotations
 
@@ -28,3 +29,19 @@ def drop_database(url: str) -> None:
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def create_mysql_database(url: str) -> None:
+    """Create the MySQL or MariaDB database of ``url`` if it does not exist."""
+    import MySQLdb
+
+    parts = urlsplit(url)
+    conn = MySQLdb.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+    )
+    name = parts.path.lstrip("/")
+    conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+    conn.close()

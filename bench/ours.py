@@ -23,6 +23,9 @@ def reset() -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
+        elif connection.vendor == "mysql":
+            for table in tables:
+                cursor.execute(f"TRUNCATE TABLE {table}")
         else:
             for table in tables:
                 cursor.execute(f"DELETE FROM {table}")
@@ -30,8 +33,9 @@ def reset() -> None:
 
 def analyze() -> None:
     """Vacuum and analyze the job table, as autovacuum would after a bulk load."""
+    statement = {"postgresql": f"VACUUM ANALYZE {JOB}", "mysql": f"ANALYZE TABLE {JOB}"}
     with connection.cursor() as cursor:
-        cursor.execute(f"VACUUM ANALYZE {JOB}" if connection.vendor == "postgresql" else f"ANALYZE {JOB}")
+        cursor.execute(statement.get(connection.vendor, f"ANALYZE {JOB}"))
 
 
 def enqueue_block(start: int, count: int) -> float:

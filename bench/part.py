@@ -2,7 +2,7 @@
 
 Run by ``python -m bench`` in a process of its own per database (Django takes
 its database from ``DATABASE_URL`` at start-up):
-``python -m bench.part postgresql|sqlite CONFIG_JSON``.
+``python -m bench.part postgresql|mysql|sqlite CONFIG_JSON``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from . import against, flow, ours, pgqueuer_peer, pooler, processes, raw, raw_sqlite  # noqa: E402
+from . import against, flow, mysql_part, ours, pgqueuer_peer, pooler, processes, raw, raw_sqlite  # noqa: E402
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
 from .worker import drain, worker_env  # noqa: E402
 
@@ -313,7 +313,12 @@ def main() -> None:
     url = os.environ["DATABASE_URL"]
     if connection.vendor != vendor:
         raise SystemExit(f"DATABASE_URL is {connection.vendor}, not {vendor}")
-    samples = measure_postgresql(cfg, url) if vendor == "postgresql" else measure_sqlite(cfg, url)
+    if vendor == "postgresql":
+        samples = measure_postgresql(cfg, url)
+    elif vendor == "mysql":
+        samples = mysql_part.measure(cfg, url)
+    else:
+        samples = measure_sqlite(cfg, url)
     print(json.dumps(samples))
 
 

@@ -401,5 +401,47 @@ def sqlite_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
     return rows
 
 
+def mysql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
+    best = int(samples["best_concurrency"][0]) if samples.get("best_concurrency") else None
+    rows = [
+        Row("enqueue(), one transaction each", "enqueue", "raw_insert", "/s", "≥ 0.6×", _ratio(0.6)),
+        Row(
+            "enqueue_many() of 10,000 vs multi-row INSERTs",
+            "enqueue_many",
+            "raw_copy",
+            "/s",
+            "≥ 0.5×",
+            _ratio(0.5),
+        ),
+        Row(
+            f"best drain (--concurrency {best}) vs raw batch 100 just before",
+            "drain_best",
+            "raw_claim_ack_100_best",
+            "/s",
+            "≥ 0.5×",
+            _ratio(0.5),
+        ),
+        Row("drain, defaults (10 threads) vs raw batch 100", "drain_defaults", "raw_claim_ack_100", "/s"),
+    ]
+    for concurrency in concurrencies:
+        label = f"drain, --concurrency {concurrency} vs raw batch 100 just before"
+        rows.append(Row(label, f"drain_c{concurrency}", f"raw_claim_ack_100_c{concurrency}", "/s"))
+    rows += [
+        Row("drain, --concurrency 1 vs raw batch 1", "drain_c1", "raw_claim_ack_1", "/s"),
+        Row("raw claim + ack, batch 10", "raw_claim_ack_10", None, "/s"),
+        Row(
+            "idle pickup by poll p50 vs the poll interval",
+            "pickup_p50",
+            "poll_interval",
+            "ms",
+            "≤ 1×",
+            lambda _o, r: r is not None and r <= 1,
+        ),
+        Row("idle pickup by poll p95", "pickup_p95", "poll_interval", "ms"),
+        Row("idle pickup by poll p99", "pickup_p99", "poll_interval", "ms"),
+    ]
+    return rows
+
+
 def _ratio(minimum: float) -> Callable[[float, float | None], bool]:
     return lambda _ours, ratio: ratio is not None and ratio >= minimum
