@@ -2,7 +2,9 @@
 
 MariaDB's sequence engine (``seq_1_to_N``) stands in for PostgreSQL's
 ``generate_series``; the columns are computed as ``admin_at_size`` computes
-them there: the same queues, statuses, times, keys and dead letters.
+them there: the same queues, statuses, times, keys and dead letters. The
+sequence engine's numbers are unsigned: each is made signed first, so that
+``i % 7 - 3`` may be negative.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ SELECT CONCAT(queue, '.task_', i % 4), queue,
     CASE WHEN status IN ('done', 'cancelled') THEN t + INTERVAL 2 SECOND END
 FROM (
     SELECT i, t, {QUEUE_SHARES} AS queue, status FROM (
-        SELECT seq AS i, UTC_TIMESTAMP(6) - INTERVAL (({JOBS} - seq) * 86400) MICROSECOND AS t,
+        SELECT CAST(seq AS SIGNED) AS i,
+            UTC_TIMESTAMP(6) - INTERVAL (({JOBS} - seq) * 86400) MICROSECOND AS t,
             (seq * 7919) % 1000 AS b,
             CASE
                 WHEN seq % 100 = 0 THEN 'ready'
@@ -58,7 +61,8 @@ SELECT 2000000 + i, CONCAT(queue, '.task_', i % 4), queue,
     f
 FROM (
     SELECT i, f, {QUEUE_SHARES} AS queue FROM (
-        SELECT seq AS i, UTC_TIMESTAMP(6) - INTERVAL ({DEAD_LETTERS} - seq) * 26 SECOND AS f,
+        SELECT CAST(seq AS SIGNED) AS i,
+            UTC_TIMESTAMP(6) - INTERVAL ({DEAD_LETTERS} - seq) * 26 SECOND AS f,
             (seq * 7919) % 1000 AS b
         FROM seq_1_to_{DEAD_LETTERS}
     ) AS made
