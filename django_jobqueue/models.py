@@ -6,13 +6,11 @@ them freely through the ORM.
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.core.checks import CheckMessage
 from django.db import models
 from django.db.models import Q
 
 from .fields import ReportField
+from .model_bases import ConditionalIndexes
 
 
 class JobStatus(models.TextChoices):
@@ -27,21 +25,6 @@ class JobStatus(models.TextChoices):
 
 LIVE_STATUSES = (JobStatus.READY, JobStatus.RUNNING)
 FINISHED_STATUSES = (JobStatus.DONE, JobStatus.CANCELLED)
-
-# Django's warnings that MySQL and MariaDB make no index or unique constraint with a
-# condition: migration 0018 puts the queue's own in their place there.
-_FITTED_BY_ENGINE = frozenset({"models.W036", "models.W037"})
-
-
-class ConditionalIndexes(models.Model):
-    """A model whose partial indexes another database gets from its engine (migration 0018)."""
-
-    class Meta:
-        abstract = True
-
-    @classmethod
-    def check(cls, **kwargs: Any) -> list[CheckMessage]:
-        return [message for message in super().check(**kwargs) if message.id not in _FITTED_BY_ENGINE]
 
 
 class Job(ConditionalIndexes):
