@@ -80,8 +80,9 @@ class Engine:
 
     # A claim's ORDER BY of due jobs, as the claim index reads it.
     claim_order: str = "priority DESC, run_at, id"
-    # A condition added to a claim's WHERE that narrows its read of that index; "" for none.
-    claim_ranks: str = ""
+    # The column of ``claim_order`` that ranks jobs by priority, where a claim reads the
+    # ranks in use first and names each (``ops/picks.py``); "" where it does not.
+    claim_rank: str = ""
     # Index hints of a claim's locking read of one queue, and of every queue ("" for none):
     # where the read locks what it scans, its plan must not depend on the table's statistics.
     queue_claim_hint: str = ""

@@ -5,7 +5,8 @@ Where the database has no ``UPDATE … RETURNING`` (MySQL, MariaDB) the pick is
 a statement of its own (``picked_ids``) that reads and locks the due jobs
 first, ``SKIP LOCKED``, each queue's from its own range of the claim index
 (migration 0018: InnoDB locks every record a locking read scans, so the read
-names the index's leading columns with equalities and its ranks with ``IN``);
+names the index's leading columns with equalities and, with ``IN``, the
+ranks that hold ready jobs, which ``ranks_in_use`` reads first);
 ``claim_ids`` then claims them by id and reads them back, in the transaction
 of the round's acks.
 """
@@ -24,10 +25,38 @@ from .returning import update_ids_returning
 from .tables import CLAIM_ORDER, JOB, cursor_and_engine, live_jobs, marks
 
 
-def unkeyed_due(engine: Engine) -> str:
-    """SQL true for a due job without a concurrency key, as the claim index reads it."""
-    ranks = f" AND {engine.claim_ranks}" if engine.claim_ranks else ""
-    return f"status = 'ready' AND {engine.unkeyed}{ranks} AND run_at <= {engine.now}"
+def unkeyed_due(engine: Engine, ranks: Sequence[int]) -> str:
+    """SQL true for a due job without a concurrency key of one of ``ranks``, as the claim index reads it.
+
+    Each rank named is a range of its own, bounded by ``run_at <= now``: the
+    read stops at the first job due later in each, where a range over every
+    rank would scan (and lock) each such job of a higher priority.
+    """
+    listed = ", ".join(str(int(rank)) for rank in ranks) or "NULL"
+    in_ranks = f"{engine.claim_rank} IN ({listed})"
+    return f"status = 'ready' AND {engine.unkeyed} AND {in_ranks} AND run_at <= {engine.now}"
+
+
+def ranks_in_use(cursor: Any, engine: Engine, queue: str | None) -> list[int]:
+    """The ranks (``-priority``) of the ready plain jobs of ``queue`` (None: of every queue), in order.
+
+    One probe of the claim index per rank held, and one more: a walk from each
+    rank to the next. A claim that named every rank would probe each empty one
+    too, and each such probe lands on the next rank's head, where the index
+    entries of jobs just claimed wait, marked deleted, for InnoDB's purge: at
+    a hundred empty ranks above the one being drained, 30 ms a claim.
+    """
+    hint, where, params = engine.any_queue_claim_hint, f"status = 'ready' AND {engine.unkeyed}", []
+    if queue is not None:
+        hint, where, params = engine.queue_claim_hint, f"{where} AND queue = %s", [queue]
+    rank = engine.claim_rank
+    first = f"SELECT MIN({rank}) FROM {JOB} {hint} WHERE {where}"
+    cursor.execute(
+        f"WITH RECURSIVE ranks (rank_) AS (({first}) UNION ALL SELECT ({first} AND {rank} > ranks.rank_) "
+        "FROM ranks WHERE ranks.rank_ IS NOT NULL) SELECT rank_ FROM ranks WHERE rank_ IS NOT NULL",
+        [*params, *params],
+    )
+    return [int(row[0]) for row in cursor.fetchall()]
 
 
 def picked_ids(
@@ -39,8 +68,8 @@ def picked_ids(
     """Lock and return the ids of the due plain jobs a round may take, passing over locked ones."""
     cursor, engine = cursor_and_engine(using)
     lock = f"ORDER BY {engine.claim_order} LIMIT %s {engine.skip_locked_in_place}"
-    due = unkeyed_due(engine)
     if queue_limits is None:
+        due = unkeyed_due(engine, ranks_in_use(cursor, engine, None))
         others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
         cursor.execute(
             f"SELECT id FROM {JOB} {engine.any_queue_claim_hint} "
@@ -53,6 +82,7 @@ def picked_ids(
     for queue, share in queue_limits:
         if queue in limits:
             continue
+        due = unkeyed_due(engine, ranks_in_use(cursor, engine, queue))
         branches.append(
             f"(SELECT id, {engine.claim_order} FROM {JOB} {engine.queue_claim_hint} "
             f"WHERE {due} AND queue = %s "

@@ -6,7 +6,7 @@ over rows another transaction holds, so tickers never wait on each other.
 
 from __future__ import annotations
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..conflicts import run_retrying
 from ..engines import Engine, engine_for
@@ -14,8 +14,8 @@ from ..flow import RATE_UNITS
 from . import history
 from .dead_letters import move_to_dead_letters
 from .limited import STARTS
-from .returning import delete_returning, update_returning
-from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine
+from .returning import delete_returning
+from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine, marks
 
 
 def _expired_error_sql(engine: Engine) -> str:
@@ -55,12 +55,63 @@ def tick_timeouts(using: str) -> int:
     each expired row is handled by exactly one of them.
     """
     handled = 0
+    if not engine_for(connections[using]).supports_update_returning:
+        while True:
+            some = run_retrying(using, lambda: _expire_by_id(using))
+            handled += some
+            if some < TICK_BATCH:
+                return handled
     while True:
         moved = run_retrying(using, lambda: _bury_expired(using))
         rescued = run_retrying(using, lambda: _rescue_expired(using))
         handled += moved + rescued
         if moved < TICK_BATCH and rescued < TICK_BATCH:
             return handled
+
+
+def _expire_by_id(using: str) -> int:
+    """A batch of expired claims, buried or handed back, where a change cannot return its rows (MySQL).
+
+    One locking read takes both kinds, passing over rows others hold; they are
+    then buried or handed back by id, in the same transaction. InnoDB locks a
+    row its read scans before the rest of the WHERE is checked: a read of one
+    kind alone would hold, for that moment, rows of the other that a
+    concurrent tick's read of that kind then passes over, and leaves.
+    """
+    cursor, engine = cursor_and_engine(using)
+    with transaction.atomic(using=using):
+        cursor.execute(
+            f"SELECT id, attempts >= max_attempts FROM {JOB} {engine.force_index(engine.expiry_index)} "
+            f"WHERE {_expired(engine)} ORDER BY locked_until, id LIMIT {TICK_BATCH} {engine.skip_locked}"
+        )
+        rows = cursor.fetchall()
+        spent = [job_id for job_id, dead in rows if dead]
+        again = [job_id for job_id, dead in rows if not dead]
+        if spent:
+            _bury_ids(using, engine, spent)
+        if again:
+            cursor.execute(f"UPDATE {JOB} SET {_rescue_sets(engine)} WHERE id IN ({marks(again)})", again)
+    return len(rows)
+
+
+def _bury_ids(using: str, engine: Engine, ids: list[int]) -> None:
+    """Bury the expired claims ``ids``, which this transaction holds."""
+    move_to_dead_letters(
+        using,
+        _expired_error_sql(engine),
+        f"CASE WHEN last_traceback = '' THEN '' ELSE {_earlier_traceback(engine)} END",
+        history.pushed_entry(engine, history.LOST, _expired_error_sql(engine)),
+        f"id IN ({marks(ids)})",
+        engine.for_update,
+        list(ids),
+    )
+
+
+def _rescue_sets(engine: Engine) -> str:
+    return (
+        f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql(engine))}, "
+        f"status = 'ready', last_error = {_expired_error_sql(engine)}, locked_by = NULL, locked_until = NULL"
+    )
 
 
 def _expired(engine: Engine) -> str:
@@ -106,8 +157,6 @@ def _bury_expired(using: str) -> int:
         "",
         [],
         limit=TICK_BATCH,
-        index=engine.expiry_index,
-        order="locked_until, id",
     )
 
 
@@ -118,27 +167,6 @@ def _earlier_traceback(engine: Engine) -> str:
 def _rescue_expired(using: str) -> int:
     cursor, engine = cursor_and_engine(using)
     where = f"{_expired(engine)} AND attempts < max_attempts"
-    if not engine.supports_update_returning:
-        sets = (
-            f"status = 'ready', last_error = {_expired_error_sql(engine)}, "
-            f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql(engine))}, "
-            "locked_by = NULL, locked_until = NULL"
-        )
-        # Read in the expiry index's order, so that the LIMIT ends the scan and its locks.
-        rows = update_returning(
-            using,
-            JOB,
-            sets,
-            [],
-            where,
-            [],
-            "id",
-            engine.skip_locked,
-            TICK_BATCH,
-            index=engine.expiry_index,
-            order="locked_until, id",
-        )
-        return len(rows)
     cursor.execute(
         f"UPDATE {JOB} SET status = 'ready', last_error = {_expired_error_sql(engine)}, "
         f"attempt_history = {history.pushed_entry(engine, history.LOST, _expired_error_sql(engine))}, "
