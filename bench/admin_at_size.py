@@ -39,14 +39,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
 os.environ.setdefault("DEBUG", "false")
 
-JOBS = 1_000_000
-DEAD_LETTERS = 100_000
-
-# Queue sizes in thousandths, from a big default queue to a rare one.
-QUEUE_SHARES = (
-    "CASE WHEN b < 400 THEN 'default' WHEN b < 650 THEN 'emails' WHEN b < 800 THEN 'sms' "
-    "WHEN b < 900 THEN 'webhooks' WHEN b < 950 THEN 'reports' WHEN b < 980 THEN 'exports' "
-    "WHEN b < 999 THEN 'billing' ELSE 'rare' END"
+# The sizes and the queues' shares, one definition for the PostgreSQL fill below and MariaDB's.
+JOBS, DEAD_LETTERS, QUEUE_SHARES = (
+    admin_fill_mariadb.JOBS,
+    admin_fill_mariadb.DEAD_LETTERS,
+    admin_fill_mariadb.QUEUE_SHARES,
 )
 
 FILL_JOBS = f"""

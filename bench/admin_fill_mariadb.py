@@ -12,6 +12,7 @@ from __future__ import annotations
 JOBS = 1_000_000
 DEAD_LETTERS = 100_000
 
+# Queue sizes in thousandths, from a big default queue to a rare one (PostgreSQL's fill too).
 QUEUE_SHARES = (
     "CASE WHEN b < 400 THEN 'default' WHEN b < 650 THEN 'emails' WHEN b < 800 THEN 'sms' "
     "WHEN b < 900 THEN 'webhooks' WHEN b < 950 THEN 'reports' WHEN b < 980 THEN 'exports' "
