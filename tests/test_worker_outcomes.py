@@ -6,7 +6,7 @@ import logging
 import re
 from pathlib import Path
 
-from django_jobqueue.worker.run.executor import OUTCOME_LOG_LEVELS
+from django_jobqueue.worker.run.job_line import OUTCOME_LOG_LEVELS
 from django_jobqueue.worker.run.outcomes import Outcome
 
 WORKERS_DOC = Path(__file__).resolve().parent.parent / "docs" / "workers.md"
@@ -37,7 +37,8 @@ def test_an_outcome_logs_as_its_word():
 def test_a_job_line_is_the_record_logger_log_would_make(caplog):
     """Made without the logging module's search of the stack, and still through the logger's filters."""
     from django_jobqueue.models import Job
-    from django_jobqueue.worker.run.executor import Executor, logger
+    from django_jobqueue.worker.run.executor import Executor
+    from django_jobqueue.worker.run.job_line import log_outcome, logger
 
     executor = Executor(None, "w")  # type: ignore[arg-type]
     job = Job(id=7, name="tests.noop", queue="q", attempts=1, max_attempts=3)
@@ -45,8 +46,8 @@ def test_a_job_line_is_the_record_logger_log_would_make(caplog):
         executor._log(job, 0.25, Outcome.DONE, "")
     [record] = caplog.records
     assert record.getMessage() == "job tests.noop id=7 attempt=1/3 duration=0.250s outcome=done"
-    assert (record.name, record.levelno, record.funcName) == (logger.name, logging.INFO, "_log")
-    assert record.pathname == executor._log.__code__.co_filename
+    assert (record.name, record.levelno, record.funcName) == (logger.name, logging.INFO, "log_outcome")
+    assert record.pathname == log_outcome.__code__.co_filename
     assert record.job_fields["id"] == 7 and record.job_fields["outcome"] == "done"
 
     caplog.clear()
