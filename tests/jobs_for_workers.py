@@ -113,6 +113,16 @@ def retry_then_succeed(ctx: JobContext, path: str, retries: int, delay: float) -
     return {"attempt": ctx.attempt}
 
 
+@job(name="workers.slow_retry", takes_context=True)
+def slow_retry(ctx: JobContext, path: str, seconds: float) -> int:
+    """Run ``seconds``; the first attempt then asks for another, at once."""
+    note(path, "start", ctx)
+    time.sleep(seconds)
+    if ctx.attempt == 1:
+        raise Retry(delay=0, reason="the first attempt asks for another")
+    return ctx.attempt
+
+
 @job(name="workers.context", takes_context=True)
 def describe_context(ctx: JobContext) -> dict[str, Any]:
     return {

@@ -6,6 +6,7 @@ Code outside ``queue/`` imports from here, never from ``ops`` or ``engines``:
 
 from .batching import OpenBatch, batch
 from .client import QueueClient
+from .conflicts import is_lock_timeout
 from .duties import WORKER_STALE_AFTER
 from .engines import engine_for
 from .ops import (
@@ -29,4 +30,5 @@ __all__ = [
     "RetriedDeadLetter",
     "batch",
     "engine_for",
+    "is_lock_timeout",
 ]

@@ -50,30 +50,19 @@ from typing import Any, Protocol
 from django.db import connections
 
 from ...models import Job
-from ...queue import QueueClient
+from ...queue import QueueClient, is_lock_timeout
 from ..completer import Answer, Completer, Report
 from ..outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_connect, is_connection_error
 from .attempt import run_job, timeout_verdict
 from .connections import close_all_connections, close_held_connections, job_queried, watch_queries
 from .control import RunControl, StopReason, ThreadTarget
+from .job_line import log_outcome
 from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import DirectProgress, ProgressReport, ProgressSink, reporter
 from .watchdog import Attempts, Watchdog
 
-# The job lines' logger keeps the name the docs give it (docs/observability.md, performance.md).
 logger = logging.getLogger("django_jobqueue.worker.executor")
 
-# Characters of an error's first line in its log line; a message may be megabytes long.
-LOGGED_ERROR_CHARS = 500
-# An outcome's log level; any other is a WARNING.
-OUTCOME_LOG_LEVELS = {
-    Outcome.DONE: logging.INFO,
-    Outcome.RELEASED: logging.INFO,
-    Outcome.CANCELLED: logging.INFO,
-    Outcome.DEAD: logging.ERROR,
-}
-# An outcome's log line; its fields follow in _log.
-OUTCOME_MESSAGE = "job %s id=%s attempt=%s/%s duration=%.3fs outcome=%s%s"
 # Seconds a job told to stop gets before it is stopped by force (runworker's --cancel-grace).
 DEFAULT_CANCEL_GRACE = 5.0
 
@@ -308,36 +297,52 @@ class Executor:
         The outcome is ``UNRECORDED`` if the database failed. Under runworker a
         slot writes it again once it reconnects, when the failure was the
         connection's; a write the database refuses (a constraint, a trigger)
-        would be refused again, so the claim is left to expire instead.
+        would be refused again, so the claim is left to expire instead. A lock
+        wait that timed out is written again at once: on MySQL an enqueue that
+        names the job in ``depends_on`` holds its row until it commits, and
+        meanwhile the heartbeat names the claim held, so that no tick hands it
+        back (docs/guarantees.md).
         """
-        try:
-            if verdict.action is Action.ACK:
-                return self._ack(job, verdict.result, duration, queried, wait), False
-            if verdict.action is Action.FAIL:
-                failed = self.client.fail(
-                    job,
-                    worker_id=self.worker_id,
-                    error=verdict.error,
-                    traceback=verdict.traceback,
-                    timed_out=verdict.timed_out,
-                )
-                return (Outcome.DEAD if failed else Outcome.LOST), False
-            nacked = self.client.nack(
+        while True:
+            try:
+                return self._tell_queue(job, verdict, duration, queried, wait), False
+            except DATABASE_ERRORS as exc:
+                if is_lock_timeout(self.client.using, exc):
+                    logger.warning(
+                        "job %s id=%s: another transaction holds its row; its outcome waits for it",
+                        job.name,
+                        job.pk,
+                    )
+                    continue
+                close_connection(self.client.using)
+                again = self.shortage is not None and is_connection_error(self.client.using, exc)
+                self._log_unrecorded(job, exc, retried=again)
+                return Outcome.UNRECORDED, again
+
+    def _tell_queue(self, job: Job, verdict: Verdict, duration: float, queried: bool, wait: bool) -> Outcome:
+        """Write ``verdict``'s ack, nack or dead letter; raise what the database raised."""
+        if verdict.action is Action.ACK:
+            return self._ack(job, verdict.result, duration, queried, wait)
+        if verdict.action is Action.FAIL:
+            failed = self.client.fail(
                 job,
                 worker_id=self.worker_id,
                 error=verdict.error,
                 traceback=verdict.traceback,
-                delay=verdict.delay,
                 timed_out=verdict.timed_out,
             )
-        except DATABASE_ERRORS as exc:
-            close_connection(self.client.using)
-            again = self.shortage is not None and is_connection_error(self.client.using, exc)
-            self._log_unrecorded(job, exc, retried=again)
-            return Outcome.UNRECORDED, again
+            return Outcome.DEAD if failed else Outcome.LOST
+        nacked = self.client.nack(
+            job,
+            worker_id=self.worker_id,
+            error=verdict.error,
+            traceback=verdict.traceback,
+            delay=verdict.delay,
+            timed_out=verdict.timed_out,
+        )
         if not nacked:
-            return Outcome.LOST, False
-        return (Outcome.DEAD if job.attempts >= job.max_attempts else Outcome.RETRY), False
+            return Outcome.LOST
+        return Outcome.DEAD if job.attempts >= job.max_attempts else Outcome.RETRY
 
     def _ack(self, job: Job, result: Any, duration: float, queried: bool, wait: bool) -> Outcome:
         """Ack ``job`` with ``result``: the one place that decides how an ack is written.
@@ -401,49 +406,4 @@ class Executor:
     ) -> None:
         if self.observer is not None:
             self.observer.job_finished(job, outcome, duration, timed_out)
-        level = OUTCOME_LOG_LEVELS.get(outcome, logging.WARNING)
-        if not logger.isEnabledFor(level):
-            return
-        first_line = error.splitlines()[0] if error.strip() else ""
-        if len(first_line) > LOGGED_ERROR_CHARS:  # the stored error keeps more
-            first_line = first_line[:LOGGED_ERROR_CHARS] + "..."
-        suffix = f" error={first_line!r}" if first_line else ""
-        due_in = next_attempt_in if outcome is Outcome.RETRY else None
-        if outcome is Outcome.DEAD:
-            suffix = f" moved_to=dead_letters{suffix}"
-        elif due_in is not None:
-            suffix = f" next_attempt_in={due_in:.3f}s{suffix}"
-        fields = {
-            "event": "job",
-            "name": job.name,
-            "id": job.pk,
-            "queue": job.queue,
-            "attempt": job.attempts,
-            "max_attempts": job.max_attempts,
-            "duration": round(duration, 6),
-            "outcome": str(outcome),
-            "error": first_line or None,
-            "next_attempt_in": None if due_in is None else round(due_in, 3),
-            "moved_to": "dead_letters" if outcome is Outcome.DEAD else None,
-            "worker_id": self.worker_id,
-        }
-        args = (job.name, job.pk, job.attempts, job.max_attempts, duration, outcome, suffix)
-        # The record logger.log would make, less its search of the stack for the caller (a fifth
-        # of a line's cost, paid once per job): the caller is always this method.
-        record = logger.makeRecord(
-            logger.name,
-            level,
-            _LOG_PATH,
-            _LOG_LINE,
-            OUTCOME_MESSAGE,
-            args,
-            None,
-            "_log",
-            {"job_fields": fields},
-        )
-        logger.handle(record)
-
-
-# Where an outcome's record says it was logged: Executor._log, as logger.log would find it.
-_LOG_PATH = Executor._log.__code__.co_filename
-_LOG_LINE = Executor._log.__code__.co_firstlineno
+        log_outcome(job, self.worker_id, duration, outcome, error, next_attempt_in)
