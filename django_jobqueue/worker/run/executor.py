@@ -63,6 +63,9 @@ from .watchdog import Attempts, Watchdog
 
 logger = logging.getLogger("django_jobqueue.worker.executor")
 
+# Seconds before a slot writes again an outcome whose row another transaction held past the lock timeout.
+HELD_ROW_RETRY = 0.5
+
 # Seconds a job told to stop gets before it is stopped by force (runworker's --cancel-grace).
 DEFAULT_CANCEL_GRACE = 5.0
 
@@ -303,16 +306,20 @@ class Executor:
         meanwhile the heartbeat names the claim held, so that no tick hands it
         back (docs/guarantees.md).
         """
+        waits = 0
         while True:
             try:
                 return self._tell_queue(job, verdict, duration, queried, wait), False
             except DATABASE_ERRORS as exc:
                 if is_lock_timeout(self.client.using, exc):
-                    logger.warning(
-                        "job %s id=%s: another transaction holds its row; its outcome waits for it",
-                        job.name,
-                        job.pk,
-                    )
+                    if not waits:
+                        logger.warning(
+                            "job %s id=%s: another transaction holds its row; its outcome waits for it",
+                            job.name,
+                            job.pk,
+                        )
+                    waits += 1
+                    time.sleep(HELD_ROW_RETRY)  # a lock timeout set short must not make this a busy loop
                     continue
                 close_connection(self.client.using)
                 again = self.shortage is not None and is_connection_error(self.client.using, exc)
