@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import pytest
@@ -60,6 +61,8 @@ def test_a_claim_locks_the_jobs_it_takes_and_hardly_any_other(
         cursor.fetchall()
         with transaction.atomic():
             claimed = queue.claim("w", queues, 5)
+            # InnoDB serves its transactions' table from a cache refreshed every 0.1 s at most.
+            time.sleep(0.15)
             cursor.execute(
                 "SELECT trx_rows_locked FROM information_schema.INNODB_TRX "
                 "WHERE trx_mysql_thread_id = CONNECTION_ID()"

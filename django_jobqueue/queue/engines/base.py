@@ -91,6 +91,10 @@ class Engine:
     # must name its index (``force_index``): "" leaves it to the database.
     expiry_index: str = ""
     finished_index: str = ""
+    # Where a live job's unique key has an index record of its own that a producer's refused
+    # insert keeps a shared lock on (MySQL's duplicate check): its column and index, else "".
+    live_key: str = ""
+    live_key_index: str = ""
     # SQL true for a job without a concurrency key, and with one, as the claim indexes read it.
     unkeyed: str = "concurrency_key IS NULL"
     keyed: str = "concurrency_key IS NOT NULL"

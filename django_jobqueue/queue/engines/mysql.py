@@ -67,6 +67,10 @@ class MySQLEngine(Engine):
     queue_claim_hint = "FORCE INDEX (jq_claim_idx)"
     any_queue_claim_hint = "FORCE INDEX (jq_claim_any_idx)"
     expiry_index = "jq_expiry_idx"
+    # The unique key of a live job and its unique index: an ack, which takes the key out
+    # of the live ones, locks the key's index record too (``acks.py``).
+    live_key = "jq_live_key"
+    live_key_index = "jq_live_key_idx"
     finished_index = "jq_finished_idx"
     # The generated column that the claim indexes hold (MariaDB reads an index of a
     # generated column only where a statement names the column).

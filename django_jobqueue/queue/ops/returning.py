@@ -108,15 +108,22 @@ def delete_returning(
     """``DELETE FROM table WHERE where RETURNING returning``, the rows locked first (at most
     ``limit``; ``index``, ``order`` as for ``locked_ids``): with MariaDB's ``DELETE … RETURNING``,
     else a read before the delete."""
-    cursor, engine = cursor_and_engine(using)
     with transaction.atomic(using=using):
-        ids = locked_ids(using, table, where, params, lock, order, limit, index)
-        if engine.supports_delete_returning:
-            return delete_ids_returning(using, table, ids, returning)
-        rows = rows_of(using, table, ids, returning)
-        for chunk in batched(ids, ROWS_PER_STATEMENT):
-            cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)})", chunk)
-        return rows
+        return delete_locked_returning(
+            using, table, locked_ids(using, table, where, params, lock, order, limit, index), returning
+        )
+
+
+def delete_locked_returning(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
+    """Delete the rows ``ids`` (locked by this transaction); their ``returning``, read before where
+    the database has no ``DELETE … RETURNING``."""
+    cursor, engine = cursor_and_engine(using)
+    if engine.supports_delete_returning:
+        return delete_ids_returning(using, table, ids, returning)
+    rows = rows_of(using, table, ids, returning)
+    for chunk in batched(ids, ROWS_PER_STATEMENT):
+        cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)})", chunk)
+    return rows
 
 
 def delete_ids_returning(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
