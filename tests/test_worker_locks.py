@@ -153,7 +153,8 @@ def assert_each_ran_once(events_path: str, jobs: list[Job], timeout: float = 20.
     """Wait until ``jobs`` are done (acked), then check each ran exactly once."""
     ids = [job.pk for job in jobs]
     # Done, or deleted at the ack under KEEP_COMPLETED = 0.
-    wait_until(lambda: not Job.objects.filter(pk__in=ids).exclude(status="done").exists(), timeout, "the acks")
+    unfinished = Job.objects.filter(pk__in=ids).exclude(status="done")
+    wait_until(lambda: not unfinished.exists(), timeout, "the acks")
     runs = runs_of(events_path)
     assert {job_id: runs[job_id] for job_id in ids} == dict.fromkeys(ids, 1)
 
