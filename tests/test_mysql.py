@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from functools import partial
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
 from django_jobqueue import QueueClient, enqueue_many
-from django_jobqueue.models import Job
+from django_jobqueue.models import DeadLetter, Job
 from tests.racing import run_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,3 +115,57 @@ def test_a_deadlock_inside_the_callers_transaction_reaches_the_caller(queue: Que
     with pytest.raises(OperationalError):
         run_retrying("default", deadlocked)
     assert len(calls) == 8  # conflicts.ATTEMPTS, outside any transaction of the caller's
+
+
+def _refused_copy_of(other: Any, job: Job) -> None:
+    """In ``other``'s open transaction, an insert of ``job``'s row again that its unique key refuses:
+    InnoDB keeps the shared lock its duplicate check took on the key until that transaction ends."""
+    columns = [field.column for field in Job._meta.concrete_fields if field.column != "id"]
+    listed = ", ".join(columns)
+    with other.cursor() as cursor:
+        cursor.execute("START TRANSACTION")
+        with pytest.raises(Exception, match="1062"):
+            cursor.execute(
+                f"INSERT INTO django_jobqueue_job ({listed}) "
+                f"SELECT {listed} FROM django_jobqueue_job WHERE id = %s",
+                [job.pk],
+            )
+
+
+@pytest.fixture
+def brief_lock_waits() -> Iterator[None]:
+    """This connection's lock waits end after a second: a statement that waits on the key fails fast."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+
+
+def test_an_ack_passes_over_a_unique_key_a_refused_insert_holds(queue, other_connection, brief_lock_waits):
+    held = queue.push("tests.noop", {}, unique_key="k")
+    free = queue.push("tests.noop", {})
+    claimed = queue.claim("w", None, 2)
+    _refused_copy_of(other_connection, held)
+    acked = queue.ack_many([(job, None) for job in claimed], worker_id="w")
+    assert acked == {(free.pk, next(job.claim_token for job in claimed if job.pk == free.pk))}
+    assert Job.objects.get(pk=held.pk).status == "running"
+    other_connection.rollback()
+    assert {job_id for job_id, _token in queue.ack_many([(job, None) for job in claimed], worker_id="w")} == {
+        held.pk
+    }
+    assert Job.objects.get(pk=held.pk).status == "done"
+
+
+def test_a_tick_passes_over_a_spent_claim_whose_unique_key_a_refused_insert_holds(
+    queue, other_connection, brief_lock_waits
+):
+    held = queue.push("tests.noop", {}, unique_key="k", max_attempts=1)
+    queue.claim("w", None, 1, visibility_timeout=0.01)
+    time.sleep(0.05)
+    _refused_copy_of(other_connection, held)
+    assert queue.tick_timeouts() == 0  # passed over
+    assert Job.objects.get(pk=held.pk).status == "running"
+    other_connection.rollback()
+    assert queue.tick_timeouts() == 1
+    assert not Job.objects.filter(pk=held.pk).exists() and DeadLetter.objects.filter(job_id=held.pk).exists()

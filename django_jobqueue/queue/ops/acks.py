@@ -31,7 +31,7 @@ from .tables import (
     RowsLocked,
     batched,
     cursor_and_engine,
-    marks,
+    keys_not_held,
 )
 
 # The plain ack's one extra condition: a job that dependents wait on is left to
@@ -274,7 +274,7 @@ def _ack_values_by_id(
             fence_params,
         )
         rows = cursor.fetchall()
-        ids = _keys_not_held(cursor, engine, {row[0]: row[2] for row in rows})
+        ids = keys_not_held(cursor, engine, {row[0]: row[2] for row in rows})
         if not keep:
             return returning_ops.delete_locked_returning(using, JOB, ids, returning)
         # By claim: a stale ack of the same job in this batch must not lend its result.
@@ -288,28 +288,6 @@ def _ack_values_by_id(
         return returning_ops.update_ids_returning(
             using, JOB, f"{sets}, result = {result_sql}", result_params, ids, returning
         )
-
-
-def _keys_not_held(cursor: Any, engine: Engine, live_keys: dict[int, str | None]) -> list[int]:
-    """Of the rows this transaction locked (id -> live unique key), in id order, those whose key's
-    index record no other transaction holds.
-
-    A producer whose insert met a live job's unique key keeps a shared lock on
-    the key's index record until it commits (InnoDB's duplicate check). An
-    ack takes the key out of the live ones and would wait on that lock with
-    every other ack of the round; the record is locked first, passing over
-    those held, and their acks are written again once the producer commits.
-    """
-    keys = sorted({key for key in live_keys.values() if key is not None})
-    free: set[str] = set()
-    for chunk in batched(keys, ROWS_PER_STATEMENT):
-        cursor.execute(
-            f"SELECT {engine.live_key} FROM {JOB} {engine.force_index(engine.live_key_index)} "
-            f"WHERE {engine.live_key} IN ({marks(chunk)}) ORDER BY {engine.live_key} {engine.skip_locked}",
-            list(chunk),
-        )
-        free.update(row[0] for row in cursor.fetchall())
-    return sorted(job_id for job_id, key in live_keys.items() if key is None or key in free)
 
 
 def acked_statement(cte: tuple[str, list[Any]]) -> tuple[str, list[Any]]:

@@ -272,6 +272,28 @@ PROBE_CHANNEL = "jobqueue_probe"
 MAX_CANCEL_PAYLOAD = 7900
 
 
+def keys_not_held(cursor: Any, engine: Engine, live_keys: dict[int, str | None]) -> list[int]:
+    """Of the rows this transaction locked (id -> live unique key), in id order, those whose key's
+    index record no other transaction holds.
+
+    A producer whose insert met a live job's unique key keeps a shared lock on
+    the key's index record until it commits (InnoDB's duplicate check). An
+    ack takes the key out of the live ones and would wait on that lock with
+    every other ack of the round; the record is locked first, passing over
+    those held, and their acks are written again once the producer commits.
+    """
+    keys = sorted({key for key in live_keys.values() if key is not None})
+    free: set[str] = set()
+    for chunk in batched(keys, ROWS_PER_STATEMENT):
+        cursor.execute(
+            f"SELECT {engine.live_key} FROM {JOB} {engine.force_index(engine.live_key_index)} "
+            f"WHERE {engine.live_key} IN ({marks(chunk)}) ORDER BY {engine.live_key} {engine.skip_locked}",
+            list(chunk),
+        )
+        free.update(row[0] for row in cursor.fetchall())
+    return sorted(job_id for job_id, key in live_keys.items() if key is None or key in free)
+
+
 def marks(values: Sequence[Any]) -> str:
     """``%s`` placeholders, one per value, comma-separated."""
     return ", ".join(["%s"] * len(values))

@@ -15,7 +15,7 @@ from . import history
 from .dead_letters import move_to_dead_letters
 from .limited import STARTS
 from .returning import delete_returning
-from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine, marks
+from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine, keys_not_held, marks
 
 
 def _expired_error_sql(engine: Engine) -> str:
@@ -81,17 +81,19 @@ def _expire_by_id(using: str) -> int:
     cursor, engine = cursor_and_engine(using)
     with transaction.atomic(using=using):
         cursor.execute(
-            f"SELECT id, attempts >= max_attempts FROM {JOB} {engine.force_index(engine.expiry_index)} "
+            f"SELECT id, attempts >= max_attempts, {engine.live_key} FROM {JOB} "
+            f"{engine.force_index(engine.expiry_index)} "
             f"WHERE {_expired(engine)} ORDER BY locked_until, id LIMIT {TICK_BATCH} {engine.skip_locked}"
         )
         rows = cursor.fetchall()
-        spent = [job_id for job_id, dead in rows if dead]
-        again = [job_id for job_id, dead in rows if not dead]
+        # A burial takes the job's unique key out of the live ones: one a producer holds is passed over.
+        spent = keys_not_held(cursor, engine, {job_id: key for job_id, dead, key in rows if dead})
+        again = [job_id for job_id, dead, _key in rows if not dead]
         if spent:
             _bury_ids(using, engine, spent)
         if again:
             cursor.execute(f"UPDATE {JOB} SET {_rescue_sets(engine)} WHERE id IN ({marks(again)})", again)
-    return len(rows)
+    return len(spent) + len(again)
 
 
 def _bury_ids(using: str, engine: Engine, ids: list[int]) -> None:
