@@ -60,7 +60,7 @@ FULL = {
     "flow_timeout": 600.0,  # seconds a drain may take in all
     "flow_stall": 30.0,  # seconds a drain may log no job: a claim that takes nothing more
     # MariaDB or MySQL at MYSQL_URL (bench/mysql_part.py).
-    "mysql_concurrencies": [1, 8, 32],
+    "mysql_concurrencies": [1, 8, 32, 100, 200],
     # runworker against pgqueuer, each at its defaults (bench/pgqueuer_peer.py).
     "peer_jobs": 10_000,
     # Limited jobs behind a backlog (flow.measure_backlog): backlog_jobs keyed jobs, drain_jobs taken.

@@ -64,6 +64,15 @@ def measure(cfg: dict[str, Any], url: str) -> Samples:
     samples["best_concurrency"] = [float(best)]
     samples["drain_best"] = samples[f"drain_c{best}"]
     samples["raw_claim_ack_100_best"] = samples[f"raw_claim_ack_100_c{best}"]
+    # Delete-on-ack (a documented setting) at the best concurrency, as the PostgreSQL part does.
+    for _run in range(cfg["runs"]):
+        samples["raw_claim_ack_100_delete"].append(raw_mysql.claim_and_ack(url, n_drain, 100))
+        ours.fill(n_drain)
+        result = drain([f"--concurrency={best}"], worker_env(url, JOBQUEUE_KEEP_COMPLETED="0"))
+        if result.done != n_drain:
+            raise RuntimeError(f"runworker --concurrency={best} acked {result.done}, not {n_drain}")
+        samples["drain_best_delete"].append(result.rate)
+        say(f"  drain c={best}, KEEP_COMPLETED=0: {result.rate:,.0f} jobs/s")
     ours.reset()
     raw_mysql.drop(url)
     return samples

@@ -421,6 +421,14 @@ def mysql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
             "≥ 0.5×",
             _ratio(0.5),
         ),
+        Row(
+            f"drain, --concurrency {best}, KEEP_COMPLETED=0, vs raw batch 100 just before",
+            "drain_best_delete",
+            "raw_claim_ack_100_delete",
+            "/s",
+            "≥ 0.5×",
+            _ratio(0.5),
+        ),
         Row("drain, defaults (10 threads) vs raw batch 100", "drain_defaults", "raw_claim_ack_100", "/s"),
     ]
     for concurrency in concurrencies:

@@ -239,7 +239,7 @@ def _ack_values(
     fence = f"{held} AND (id, claim_token) IN {engine.pairs(len(chunk))}"
     returning = "id, claim_token" if plain else "id, claim_token, has_dependents"
     if not engine.supports_update_returning:
-        return _ack_values_by_id(cursor, engine, chunk, keep, fence, fence_params, returning)
+        return _ack_values_by_id(cursor, engine, chunk, keep, fence, fence_params, plain)
     if keep:
         results = [completion for completion in chunk if completion[2] is not None]
         result_sql, result_params = "NULL", []
@@ -262,32 +262,38 @@ def _ack_values_by_id(
     keep: bool,
     fence: str,
     fence_params: list[Any],
-    returning: str,
+    plain: bool,
 ) -> list[Any]:
     """``_ack_values`` where the ack cannot return its rows: those held by another transaction
-    (an operator's cancel, still open) are passed over, as a batch of acks does elsewhere."""
+    (an operator's cancel, still open) are passed over, as a batch of acks does elsewhere.
+
+    The rows' ids, claim tokens and marks are those of the locking read: no
+    other transaction changes a row this one holds, so none is read again.
+    """
     using = cursor.db.alias
     with transaction.atomic(using=using):
         cursor.execute(
-            f"SELECT id, claim_token, {engine.live_key} FROM {JOB} {engine.force_index(returning_ops.BY_ID)} "
-            f"WHERE {fence} ORDER BY id {engine.skip_locked}",
+            f"SELECT id, claim_token, has_dependents, {engine.live_key} FROM {JOB} "
+            f"{engine.force_index(returning_ops.BY_ID)} WHERE {fence} ORDER BY id {engine.skip_locked}",
             fence_params,
         )
-        rows = cursor.fetchall()
-        ids = keys_not_held(cursor, engine, {row[0]: row[2] for row in rows})
+        locked = cursor.fetchall()
+        ids = keys_not_held(cursor, engine, {row[0]: row[3] for row in locked})
+        free = set(ids)
+        acked = [row[:2] if plain else row[:3] for row in locked if row[0] in free]
         if not keep:
-            return returning_ops.delete_locked_returning(using, JOB, ids, returning)
+            returning_ops.delete_ids(using, JOB, ids)
+            return acked
         # By claim: a stale ack of the same job in this batch must not lend its result.
-        held = {(row[0], row[1]) for row in rows if row[0] in ids}
+        held = {(row[0], row[1]) for row in acked}
         results = [completion for completion in chunk if completion[:2] in held and completion[2] is not None]
         result_sql, result_params = "NULL", []
         if results:
             result_sql = f"CASE {' '.join('WHEN id = %s THEN %s' for _ in results)} END"
             result_params = [value for job_id, _token, result in results for value in (job_id, result)]
         sets = ", ".join(f"{column} = {value}" for column, value in _done_columns(engine).items())
-        return returning_ops.update_ids_returning(
-            using, JOB, f"{sets}, result = {result_sql}", result_params, ids, returning
-        )
+        returning_ops.update_ids(using, JOB, f"{sets}, result = {result_sql}", result_params, ids)
+        return acked
 
 
 def acked_statement(cte: tuple[str, list[Any]]) -> tuple[str, list[Any]]:

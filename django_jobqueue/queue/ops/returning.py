@@ -78,10 +78,22 @@ def update_ids_returning(
     """``sets`` on the rows ``ids`` (which this transaction has locked), then their ``returning``."""
     if not ids:
         return []
+    update_ids(using, table, sets, set_params, ids)
+    return rows_of(using, table, ids, returning)
+
+
+def update_ids(using: str, table: str, sets: str, set_params: Sequence[Any], ids: Sequence[int]) -> None:
+    """``sets`` on the rows ``ids``, which this transaction has locked."""
     cursor, _ = cursor_and_engine(using)
     for chunk in batched(ids, ROWS_PER_STATEMENT):
         cursor.execute(f"UPDATE {table} SET {sets} WHERE id IN ({marks(chunk)})", [*set_params, *chunk])
-    return rows_of(using, table, ids, returning)
+
+
+def delete_ids(using: str, table: str, ids: Sequence[int]) -> None:
+    """Delete the rows ``ids``, which this transaction has locked."""
+    cursor, _ = cursor_and_engine(using)
+    for chunk in batched(ids, ROWS_PER_STATEMENT):
+        cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)})", list(chunk))
 
 
 def rows_of(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
@@ -121,8 +133,7 @@ def delete_locked_returning(using: str, table: str, ids: Sequence[int], returnin
     if engine.supports_delete_returning:
         return delete_ids_returning(using, table, ids, returning)
     rows = rows_of(using, table, ids, returning)
-    for chunk in batched(ids, ROWS_PER_STATEMENT):
-        cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)})", chunk)
+    delete_ids(using, table, ids)
     return rows
 
 
