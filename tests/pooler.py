@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from tests.worker_support import ROOT, wait_until
 
@@ -128,13 +128,18 @@ def terminate_sessions(during: float = 0.0) -> Terminated:
     sees the loss only of one it was in a transaction on, which a cut of some
     length around the moment of that transaction meets.
     """
+    until = time.monotonic() + during
+    if connection.vendor == "mysql":
+        killed = kill_mysql_connections(connection)
+        while time.monotonic() < until:
+            killed += kill_mysql_connections(connection)
+        return Terminated(killed, 0)
     terminate = (
         "SELECT client_port, pg_terminate_backend(pid) FROM pg_stat_activity"
         " WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
     )
     pooled: set[int] = set()
     ended: set[int] = set()
-    until = time.monotonic() + during
     with direct_connection() if DIRECT_ADDRESS else nullcontext(connection) as session:
         with session.cursor() as cursor:
             while True:
@@ -149,3 +154,19 @@ def terminate_sessions(during: float = 0.0) -> Terminated:
         # the test's own next statement would meet it. A worker's may, as it should.
         wait_until(lambda: not ended & server_ports(), 10, "PgBouncer to drop the ended server connections")
     return Terminated(len(ended), len(ended & pooled))
+
+
+def kill_mysql_connections(session: Any) -> int:
+    """``KILL CONNECTION`` of every connection to ``session``'s database but ``session``; how many (MySQL)."""
+    killed = 0
+    with session.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM information_schema.PROCESSLIST WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+        )
+        for (thread_id,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+            except DatabaseError:
+                continue  # ended meanwhile (1094: unknown thread)
+            killed += 1
+    return killed

@@ -378,7 +378,7 @@ def test_a_changed_schedule_applies_at_the_next_start_and_a_removed_one_stops(
 
 
 @pytest.mark.slow
-def test_the_scheduler_rides_out_killed_connections(queue, postgresql_only, start_worker, events_path):
+def test_the_scheduler_rides_out_killed_connections(queue, row_locks_only, start_worker, events_path):
     """The sessions under a worker terminated three times: each fire time is enqueued once, none lost.
 
     Directly, each cut ends the scheduler's own session, and its log shows its

@@ -108,17 +108,20 @@ def assert_each_ran_until_recorded(jobs: list[Job], path: str, log: str) -> None
     assert last == attempts, "each job's last run is its acked attempt"
     earlier = {(pk, attempt) for pk, attempt in ran if attempt < attempts[pk]}
     unrecorded = {(int(m[1]), int(m[2])) for m in UNRECORDED.finditer(log)}
-    assert earlier == unrecorded, (
+    # A commit the server carried out as the connection was cut (MySQL ends a COMMIT it has
+    # begun) reaches the worker as an error: logged unrecorded, its attempt is the job's last.
+    landed = {(pk, attempt) for pk, attempt in unrecorded - earlier if attempts.get(pk) == attempt}
+    assert earlier == unrecorded - landed, (
         f"run again though recorded: {sorted(earlier - unrecorded)}; "
-        f"unrecorded and not run again: {sorted(unrecorded - earlier)}"
+        f"unrecorded and not run again: {sorted(unrecorded - earlier - landed)}"
     )
 
 
-def test_lost_connections_are_survived(queue, start_worker, events_path, postgresql_only):
+def test_lost_connections_are_survived(queue, start_worker, events_path, row_locks_only):
     """The sessions under a busy worker terminated five times: every job is run once and done.
 
-    Directly, each cut ends every session of the worker, and its log shows the
-    errors and the recovery. Behind a pooler a cut ends PgBouncer's server
+    Directly, each cut ends every session of the worker (``KILL CONNECTION`` on
+    MySQL), and its log shows the errors and the recovery. Behind a pooler a cut ends PgBouncer's server
     connections, which it replaces unseen when they are idle: there only the
     jobs are asserted, and that the cuts hit the pool.
     """

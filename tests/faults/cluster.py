@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL cluster and a network namespace, for the faults that need their own.
+"""A throwaway PostgreSQL cluster or MariaDB server, and a network namespace, for the faults that
+need their own.
 
 The machine's main cluster is shared, so a test never restarts it: it starts
 its own cluster (``initdb`` into a temporary directory, ``pg_ctl`` on a free
@@ -11,10 +12,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,6 +103,10 @@ class Cluster:
     def stop(self, mode: str = "fast") -> None:
         self.pg_ctl("stop", "-m", mode)
 
+    def crash(self) -> None:
+        """Stop as a crash does: no checkpoint, recovery from the WAL at the next start."""
+        self.stop("immediate")
+
     def remove(self) -> None:
         try:
             self.stop("immediate")
@@ -122,6 +129,87 @@ def throwaway_cluster(
         yield cluster
     finally:
         cluster.remove()
+
+
+class MariaDBServer:
+    """A MariaDB server of its own: ``mariadb-install-db`` into a temporary directory, ``mariadbd``
+    on a free port as the ``mysql`` OS user, root without a password; a database migrated in it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.home = Path(tempfile.mkdtemp(prefix="jq-faults-mariadb-"))
+        self.data = self.home / "data"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def url(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/{DATABASE}"
+
+    def create(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.home, "mysql", "mysql")
+        subprocess.run(
+            ["mariadb-install-db", "--no-defaults", f"--datadir={self.data}", "--user=mysql",
+             "--auth-root-authentication-method=normal", "--skip-test-db"],
+            capture_output=True, check=True, timeout=120,
+        )  # fmt: skip
+        self.start()
+        self.client(f"CREATE DATABASE {DATABASE} CHARACTER SET utf8mb4")
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": self.url()},
+            check=True,
+            timeout=120,
+        )
+
+    def client(self, sql: str) -> None:
+        subprocess.run(
+            ["mariadb", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root", "-e", sql],
+            capture_output=True, check=True, timeout=30,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        prefix = ["runuser", "-u", "mysql", "--"] if os.geteuid() == 0 else []
+        self.process = subprocess.Popen(
+            [*prefix, "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={self.data}",
+             f"--port={self.port}", "--bind-address=127.0.0.1", f"--socket={self.home / 'socket'}",
+             f"--pid-file={self.home / 'pid'}", f"--log-error={self.home / 'server.log'}",
+             "--innodb-buffer-pool-size=64M", "--max-connections=300"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        for _ in range(120):
+            ping = subprocess.run(
+                ["mariadb-admin", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root", "ping"],
+                capture_output=True,
+            )
+            if ping.returncode == 0:
+                return
+            time.sleep(0.25)
+        raise RuntimeError(f"mariadbd did not answer on port {self.port}: {self.home / 'server.log'}")
+
+    def crash(self) -> None:
+        """SIGKILL the server, as a crash: InnoDB recovers from its redo log at the next start."""
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+            self.process = None
+
+    def remove(self) -> None:
+        self.crash()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_mariadb() -> Iterator[MariaDBServer]:
+    """A new MariaDB server, migrated, on 127.0.0.1; removed afterwards."""
+    if shutil.which("mariadb-install-db") is None or not Path("/usr/sbin/mariadbd").exists():
+        pytest.skip("no mariadb-install-db and mariadbd to start a throwaway MariaDB server with")
+    server = MariaDBServer()
+    try:
+        server.create()
+        yield server
+    finally:
+        server.remove()
 
 
 class DatabaseAlias:

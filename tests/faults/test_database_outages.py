@@ -1,6 +1,7 @@
-"""PostgreSQL restarted under load, and worker connections killed every second.
+"""The database restarted under load, and worker connections killed every second.
 
-On a throwaway cluster of the test's own: the machine's main cluster is shared.
+On a throwaway server of the test's own (a PostgreSQL cluster, or a MariaDB
+server on the MariaDB leg): the machine's main one is shared.
 """
 
 from __future__ import annotations
@@ -10,21 +11,25 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connection, connections
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import LIVE_STATUSES, Job
+from tests.pooler import kill_mysql_connections
 from tests.worker_support import WorkerProcess, wait_until
 
 from . import ledger
 from .checker import KILL, check
-from .cluster import DatabaseAlias, database_alias, throwaway_cluster
+from .cluster import DatabaseAlias, database_alias, throwaway_cluster, throwaway_mariadb
 from .conftest import FAULT_JOBS
 
-ALIAS = "faults_pg"
+ALIAS = "faults_db"
 JOBS = 3_000
 CHAOS_FOR = 20.0
 RESTART_AT = 8.0
@@ -32,7 +37,7 @@ WORKER_ARGS = ("--concurrency", "8", "--visibility-timeout", "2", "--poll-interv
 
 
 def terminate_backends() -> int:
-    """End every client connection to the queue's database but this one."""
+    """End every client connection to the queue's database but this one (PostgreSQL)."""
     with connections[ALIAS].cursor() as cursor:
         cursor.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -40,6 +45,28 @@ def terminate_backends() -> int:
             "AND pid <> pg_backend_pid()"
         )
         return int(cursor.fetchone()[0])
+
+
+def kill_connections() -> int:
+    """End every client connection to the queue's database but this one (MariaDB)."""
+    return kill_mysql_connections(connections[ALIAS])
+
+
+# The scenario's server for each leg's database: how to start one, and how to cut its connections.
+SERVERS: dict[str, tuple[Callable[[], AbstractContextManager[Any]], Callable[[], int], str]] = {
+    "postgresql": (throwaway_cluster, terminate_backends, "pg_terminate_backend"),
+    "mysql": (throwaway_mariadb, kill_connections, "KILL CONNECTION"),
+}
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    """A throwaway server of the leg's database, migrated; SQLite has no server to restart."""
+    if connection.vendor not in SERVERS:
+        pytest.skip("a database server to restart (PostgreSQL, MariaDB)")
+    start, _cut, _name = SERVERS[connection.vendor]
+    with start() as started:
+        yield started
 
 
 class Producer(threading.Thread):
@@ -73,8 +100,9 @@ class Producer(threading.Thread):
 
 
 @pytest.mark.slow
-def test_workers_ride_out_a_restart_and_killed_connections(queue, postgresql_only, tmp_path: Path, figures):
-    with throwaway_cluster() as cluster, database_alias(ALIAS, cluster.url()) as database:
+def test_workers_ride_out_a_restart_and_killed_connections(queue, server, tmp_path: Path, figures):
+    _start, cut_connections, cut_name = SERVERS[connection.vendor]
+    with database_alias(ALIAS, server.url()) as database:
         ledger.create(ALIAS)
         rng = random.Random(13)
         client = QueueClient(ALIAS)
@@ -83,12 +111,12 @@ def test_workers_ride_out_a_restart_and_killed_connections(queue, postgresql_onl
         )
         env = {
             **os.environ,
-            "DATABASE_URL": cluster.url(),
+            "DATABASE_URL": server.url(),
             "JOBQUEUE_MODULES": FAULT_JOBS,
             "PYTHONUNBUFFERED": "1",
         }
         workers = [
-            WorkerProcess([*WORKER_ARGS, "--worker-id", f"pg-{n}"], tmp_path / f"worker-{n}.log", env)
+            WorkerProcess([*WORKER_ARGS, "--worker-id", f"db-{n}"], tmp_path / f"worker-{n}.log", env)
             for n in range(3)
         ]
         producer = Producer(database)
@@ -103,14 +131,14 @@ def test_workers_ride_out_a_restart_and_killed_connections(queue, postgresql_onl
                 time.sleep(1.0)  # the chaos's own pace
                 if outage is None and time.monotonic() - began >= RESTART_AT:
                     down = time.time()
-                    cluster.stop("immediate")  # as a crash: no checkpoint, recovery from the WAL
+                    server.crash()  # no checkpoint: recovery from the log at the start
                     time.sleep(1.0)
-                    cluster.start()
+                    server.start()
                     outage = (down, time.time())
                     connections[ALIAS].close()
                     continue
                 try:
-                    terminated += terminate_backends()
+                    terminated += cut_connections()
                     rounds += 1
                 except DatabaseError:
                     connections[ALIAS].close()  # ours was cut too, by the restart
@@ -134,11 +162,11 @@ def test_workers_ride_out_a_restart_and_killed_connections(queue, postgresql_onl
             committed_anyway = Job.objects.using(ALIAS).filter(payload__n__in=producer.failed_numbers).count()
             logs = "".join(worker.log() for worker in workers)
             figures(
-                scenario="PostgreSQL restarted, connections killed",
+                scenario=f"{'PostgreSQL' if connection.vendor == 'postgresql' else 'MariaDB'} restarted, "
+                "connections killed",
                 faults=(
-                    f"{rounds} rounds of pg_terminate_backend ({terminated} connections) "
-                    f"over {CHAOS_FOR:g} s, "
-                    f"one crash-restart (pg_ctl stop -m immediate, down {outage[1] - outage[0]:.1f} s)"
+                    f"{rounds} rounds of {cut_name} ({terminated} connections) over {CHAOS_FOR:g} s, "
+                    f"one crash-restart (the server killed at once, down {outage[1] - outage[0]:.1f} s)"
                 ),
                 enqueues_reported_ok=len(producer.ok),
                 enqueues_raised=len(producer.failed_numbers),
