@@ -69,9 +69,9 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 def mysql_statements_on_mariadb() -> Iterator[None]:
     """With JOBQUEUE_TEST_MYSQL_STATEMENTS=1, MariaDB is asked as MySQL is: without RETURNING.
 
-    MySQL 8 has no INSERT … RETURNING nor DELETE … RETURNING, which MariaDB
-    has; this runs the statements the engine writes for MySQL on the MariaDB
-    server at hand (``make test-mariadb``'s second run), in this process only.
+    MySQL 8 has no INSERT … RETURNING, which MariaDB has; this runs the
+    statements the engine writes for MySQL on the MariaDB server at hand
+    (``make test-mariadb``'s second run), in this process only.
     """
     if not os.environ.get("JOBQUEUE_TEST_MYSQL_STATEMENTS"):
         yield

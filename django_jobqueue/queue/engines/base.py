@@ -170,6 +170,14 @@ class Engine:
         or timed-out connection (or a lock not had in time): a write that may succeed if tried again."""
         return True
 
+    def by_id(self, table: str) -> str:
+        """``table`` as the target of an ``UPDATE`` of rows picked by their ids."""
+        return table
+
+    def delete_by_id(self, table: str) -> str:
+        """A ``DELETE`` of rows of ``table`` picked by their ids, up to its ``WHERE``."""
+        return f"DELETE FROM {table}"
+
     def force_index(self, name: str) -> str:
         """The hint that makes a read of a table use its index ``name``; "" where none is needed."""
         return ""

@@ -8,7 +8,7 @@ statement that must return what it changed is a locking read of the rows'
 ids, the change by id and a read of the rows (``ops/returning.py``), in one
 transaction. A deadlock rolls back the whole transaction, not one statement.
 Times are UTC, as Django stores them under ``USE_TZ``. MariaDB has
-``INSERT … RETURNING`` and ``DELETE … RETURNING``; MySQL has neither.
+``INSERT … RETURNING``; MySQL has not.
 """
 
 from __future__ import annotations
@@ -92,6 +92,16 @@ class MySQLEngine(Engine):
     )
     json_array_has_template = "JSON_CONTAINS({array}, CAST({value} AS CHAR))"
 
+    # A write by a list of ids reads the primary key, whatever the statistics say: on a
+    # table whose statistics are stale the optimizer scans it whole, and a DELETE waits
+    # on (and deadlocks over) every row other transactions hold. A single-table DELETE
+    # takes no index hint; the multi-table form does.
+    def by_id(self, table: str) -> str:
+        return f"{table} FORCE INDEX (PRIMARY)"
+
+    def delete_by_id(self, table: str) -> str:
+        return f"DELETE {table} FROM {table} FORCE INDEX (PRIMARY)"
+
     def force_index(self, name: str) -> str:
         # A locking read scans (and locks) what its plan reads: the plan is not left to statistics.
         return f"FORCE INDEX ({name})"
@@ -119,10 +129,14 @@ class MySQLEngine(Engine):
 
 
 class MariaDBEngine(MySQLEngine):
-    """MariaDB: MySQL's engine, and RETURNING on INSERT and DELETE (10.5)."""
+    """MariaDB: MySQL's engine, and RETURNING on INSERT (10.5).
+
+    MariaDB has ``DELETE … RETURNING`` too, but only in the single-table form,
+    which takes no index hint: the queue's deletes read their rows' ids by the
+    index they name first, as on MySQL (``Engine.delete_by_id``).
+    """
 
     supports_insert_returning = True
-    supports_delete_returning = True
 
     def __repr__(self) -> str:
         return "<MariaDBEngine mysql>"

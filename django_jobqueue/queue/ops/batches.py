@@ -116,11 +116,11 @@ def seal_batch(using: str, batch_id: int, job_ids: Sequence[int]) -> int:
     and of no batch: one already
     running was claimed without the batch and would finish uncounted.
     """
-    cursor, _ = cursor_and_engine(using)
+    cursor, engine = cursor_and_engine(using)
     total = 0
     for chunk in batched(list(dict.fromkeys(job_ids)), ROWS_PER_STATEMENT):
         cursor.execute(
-            f"UPDATE {JOB} SET batch_id = %s WHERE id IN ({marks(chunk)}) "
+            f"UPDATE {engine.by_id(JOB)} SET batch_id = %s WHERE id IN ({marks(chunk)}) "
             "AND batch_id IS NULL AND status IN ('ready', 'waiting')",
             [batch_id, *chunk],
         )

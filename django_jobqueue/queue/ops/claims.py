@@ -199,7 +199,7 @@ def _renew_by_id(
             renewed = sorted(row[0] for row in cursor.fetchall())
         if renewed:
             params = [visibility_timeout, visibility_timeout, *renewed]
-            cursor.execute(f"UPDATE {JOB} SET {renew} WHERE id IN ({marks(renewed)})", params)
+            cursor.execute(f"UPDATE {engine.by_id(JOB)} SET {renew} WHERE id IN ({marks(renewed)})", params)
     return renewed, sorted(mine - set(locked))
 
 

@@ -90,9 +90,10 @@ def insert_waiting_jobs(
         )
         waiting = sorted({dependent for dependent, _ in edges})
         insert_rows(using, EDGE, ("dependent_id", "dependency_id"), edges)
-        cursor, _ = cursor_and_engine(using)
+        cursor, engine = cursor_and_engine(using)
         for chunk in batched(waiting, ROWS_PER_STATEMENT):
-            cursor.execute(f"UPDATE {JOB} SET status = 'waiting' WHERE id IN ({marks(chunk)})", list(chunk))
+            to_wait = f"UPDATE {engine.by_id(JOB)} SET status = 'waiting' WHERE id IN ({marks(chunk)})"
+            cursor.execute(to_wait, list(chunk))
     held = set(waiting)
     for job in jobs:
         if job.pk in held:

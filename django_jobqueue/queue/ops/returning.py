@@ -84,16 +84,18 @@ def update_ids_returning(
 
 def update_ids(using: str, table: str, sets: str, set_params: Sequence[Any], ids: Sequence[int]) -> None:
     """``sets`` on the rows ``ids``, which this transaction has locked."""
-    cursor, _ = cursor_and_engine(using)
+    cursor, engine = cursor_and_engine(using)
     for chunk in batched(ids, ROWS_PER_STATEMENT):
-        cursor.execute(f"UPDATE {table} SET {sets} WHERE id IN ({marks(chunk)})", [*set_params, *chunk])
+        cursor.execute(
+            f"UPDATE {engine.by_id(table)} SET {sets} WHERE id IN ({marks(chunk)})", [*set_params, *chunk]
+        )
 
 
 def delete_ids(using: str, table: str, ids: Sequence[int]) -> None:
     """Delete the rows ``ids``, which this transaction has locked."""
-    cursor, _ = cursor_and_engine(using)
+    cursor, engine = cursor_and_engine(using)
     for chunk in batched(ids, ROWS_PER_STATEMENT):
-        cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)})", list(chunk))
+        cursor.execute(f"{engine.delete_by_id(table)} WHERE id IN ({marks(chunk)})", list(chunk))
 
 
 def rows_of(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
@@ -118,8 +120,7 @@ def delete_returning(
     order: str | None = "id",
 ) -> list[Any]:
     """``DELETE FROM table WHERE where RETURNING returning``, the rows locked first (at most
-    ``limit``; ``index``, ``order`` as for ``locked_ids``): with MariaDB's ``DELETE … RETURNING``,
-    else a read before the delete."""
+    ``limit``; ``index``, ``order`` as for ``locked_ids``), and read before the delete."""
     with transaction.atomic(using=using):
         return delete_locked_returning(
             using, table, locked_ids(using, table, where, params, lock, order, limit, index), returning
@@ -127,21 +128,11 @@ def delete_returning(
 
 
 def delete_locked_returning(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
-    """Delete the rows ``ids`` (locked by this transaction); their ``returning``, read before where
-    the database has no ``DELETE … RETURNING``."""
-    cursor, engine = cursor_and_engine(using)
-    if engine.supports_delete_returning:
-        return delete_ids_returning(using, table, ids, returning)
+    """Delete the rows ``ids`` (locked by this transaction); their ``returning``, read before.
+
+    Not MariaDB's ``DELETE … RETURNING``: a single-table DELETE takes no index
+    hint, and a list of ids must read the primary key (``Engine.delete_by_id``).
+    """
     rows = rows_of(using, table, ids, returning)
     delete_ids(using, table, ids)
-    return rows
-
-
-def delete_ids_returning(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
-    """Delete the rows ``ids`` (locked by this transaction) with MariaDB's ``DELETE … RETURNING``."""
-    cursor, _ = cursor_and_engine(using)
-    rows: list[Any] = []
-    for chunk in batched(sorted(ids), ROWS_PER_STATEMENT):
-        cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)}) RETURNING {returning}", chunk)
-        rows += cursor.fetchall()
     return rows

@@ -92,7 +92,8 @@ def _expire_by_id(using: str) -> int:
         if spent:
             _bury_ids(using, engine, spent)
         if again:
-            cursor.execute(f"UPDATE {JOB} SET {_rescue_sets(engine)} WHERE id IN ({marks(again)})", again)
+            rescue = f"UPDATE {engine.by_id(JOB)} SET {_rescue_sets(engine)} WHERE id IN ({marks(again)})"
+            cursor.execute(rescue, again)
     return len(spent) + len(again)
 
 
