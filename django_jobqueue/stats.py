@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import connections, models, transaction
 from django.db.models import Count, Max, Min, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
@@ -295,12 +296,15 @@ def _ready_by_queue(jobs: models.QuerySet[Job], now: datetime) -> list[dict[str,
     """Per queue, ready jobs due and scheduled and the oldest due, in two rows: without a key and with one.
 
     One query for each half, each in the partial index of its half; a query
-    over every ready job at once would match neither and scan the table.
+    over every ready job at once would match neither and scan the table. Each
+    half is said as the claim indexes hold it (``Engine.unkeyed``): on MySQL,
+    a generated column, which InnoDB reads through its index only when named.
     """
+    engine = engine_for(connections[jobs.db])
     rows: list[dict[str, Any]] = []
-    for keyless in (True, False):
+    for half_sql in (engine.unkeyed, engine.keyed):
         half = (
-            jobs.filter(status=JobStatus.READY, concurrency_key__isnull=keyless)
+            jobs.filter(RawSQL(half_sql, [], output_field=models.BooleanField()), status=JobStatus.READY)
             .values("queue")
             .annotate(
                 due=Count("pk", filter=Q(run_at__lte=now)),

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from django_jobqueue import QueueClient, enqueue_many
+from django_jobqueue import QueueClient, enqueue_many, stats
+from django_jobqueue.admin.filters import StatusFilter
 from django_jobqueue.models import DeadLetter, Job
 from tests.racing import run_together
 
@@ -169,3 +174,65 @@ def test_a_tick_passes_over_a_spent_claim_whose_unique_key_a_refused_insert_hold
     other_connection.rollback()
     assert queue.tick_timeouts() == 1
     assert not Job.objects.filter(pk=held.pk).exists() and DeadLetter.objects.filter(job_id=held.pk).exists()
+
+
+# -- the operators' figures read indexes, not the table (InnoDB's plans) ---------------
+
+
+@pytest.fixture
+def lived_in(transactional_db: None) -> None:
+    """6,000 jobs over three queues, most done, a third of the ready ones with a key, a few running."""
+    enqueue_many([("tests.noop", {"i": i}, {"queue": f"q{i % 3}", "priority": i % 7}) for i in range(6000)])
+    ids = list(Job.objects.order_by("id").values_list("id", flat=True))  # MariaDB: no LIMIT in a subquery
+    Job.objects.filter(pk__in=ids[:4500]).update(status="done")
+    Job.objects.filter(pk__in=ids[4500:5000]).update(concurrency_key=F("queue"), concurrency_limit=2)
+    in_a_while = timezone.now() + timedelta(seconds=30)
+    Job.objects.filter(pk__in=ids[4500:4540]).update(status="running", locked_until=in_a_while)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE TABLE django_jobqueue_job")
+        cursor.fetchall()
+
+
+def table_scans(run: Callable[[], object], wanted: str) -> list[tuple[str, list[Any]]]:
+    """Each statement ``run`` makes whose SQL holds ``wanted``, with its plan's rows that read the job
+    table whole (``type`` ALL, or a whole index: ``index``)."""
+    with CaptureQueriesContext(connection) as queries:
+        run()
+    found = []
+    with connection.cursor() as cursor:
+        for sql in [q["sql"] for q in queries.captured_queries if wanted in q["sql"]]:
+            cursor.execute(f"EXPLAIN {sql}")
+            names = [column[0] for column in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            whole = [
+                row
+                for row in rows
+                if row["table"] == "django_jobqueue_job" and row["type"] in ("ALL", "index")
+            ]
+            found.append((sql, whole))
+    assert found, f"no statement with {wanted!r}"
+    return found
+
+
+def test_the_overviews_counts_read_indexes(lived_in) -> None:
+    for sql, whole in table_scans(lambda: stats.overview(minutes=False), "django_jobqueue_job"):
+        assert not whole, (sql, whole)
+    overview = stats.overview(minutes=False)
+    assert (overview.total.ready, overview.total.running) == (1460, 40)
+
+
+@pytest.mark.parametrize("status", ["due", "scheduled", "ready", "running"])
+def test_the_admin_status_filters_read_indexes(lived_in, status) -> None:
+    def count() -> int:
+        chosen = StatusFilter(None, {"status": [status]}, Job, None).filter(Job.objects.all(), status)
+        return chosen.order_by()[:10_001].count()
+
+    for sql, whole in table_scans(count, "django_jobqueue_job"):
+        assert not whole, (sql, whole)
+
+
+def test_the_busiest_keys_read_an_index(lived_in) -> None:
+    now = stats.database_now("default")
+    for sql, whole in table_scans(lambda: stats.busiest_keys("default", now), "'running'"):
+        assert not whole, (sql, whole)
+    assert sum(key.running for key in stats.busiest_keys("default", now)) == 40
