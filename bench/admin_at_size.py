@@ -306,12 +306,22 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT version()")
         version = cursor.fetchone()[0].split(" on ")[0]
-        cursor.execute(
-            # The job table's partitions (PostgreSQL keeps finished jobs apart): their sizes summed.
-            "SELECT (SELECT pg_size_pretty(SUM(pg_total_relation_size(relid))) "
-            "FROM pg_partition_tree('django_jobqueue_job')), "
-            "pg_size_pretty(pg_total_relation_size('django_jobqueue_deadletter'))"
-        )
+        if connection.vendor == "mysql":
+            version = f"MariaDB {version}" if connection.mysql_is_mariadb else f"MySQL {version}"
+            cursor.execute(
+                "SELECT CONCAT(ROUND(SUM(CASE WHEN table_name = 'django_jobqueue_job' "
+                "THEN data_length + index_length END) / 1048576), ' MB'), "
+                "CONCAT(ROUND(SUM(CASE WHEN table_name = 'django_jobqueue_deadletter' "
+                "THEN data_length + index_length END) / 1048576), ' MB') "
+                "FROM information_schema.TABLES WHERE table_schema = DATABASE()"
+            )
+        else:
+            cursor.execute(
+                # The job table's partitions (PostgreSQL keeps finished jobs apart): their sizes summed.
+                "SELECT (SELECT pg_size_pretty(SUM(pg_total_relation_size(relid))) "
+                "FROM pg_partition_tree('django_jobqueue_job')), "
+                "pg_size_pretty(pg_total_relation_size('django_jobqueue_deadletter'))"
+            )
         job_size, dead_size = cursor.fetchone()
     print(f"\n{version}; {JOBS:,} jobs ({job_size}), {DEAD_LETTERS:,} dead letters ({dead_size})")
     cpus, load = os.cpu_count(), os.getloadavg()[0]

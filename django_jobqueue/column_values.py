@@ -46,6 +46,8 @@ def distinct_values(
 
 def _skip_scan(connection: Any, table: str, column: str, where: str, limit: int) -> list[str]:
     """The distinct values of ``column`` among the rows ``where`` picks, one index probe each."""
+    if not engine_for(connection).skip_scan_in_one_statement:
+        return _skip_scan_probe_by_probe(connection, table, column, where, limit)
     sql = (
         "WITH RECURSIVE found(value, n) AS ("
         f"SELECT MIN({column}), 1 FROM {table} WHERE {where} "
@@ -57,6 +59,19 @@ def _skip_scan(connection: Any, table: str, column: str, where: str, limit: int)
     with connection.cursor() as cursor:
         cursor.execute(sql, [limit])
         return [row[0] for row in cursor.fetchall()]
+
+
+def _skip_scan_probe_by_probe(connection: Any, table: str, column: str, where: str, limit: int) -> list[str]:
+    """``_skip_scan`` as one statement per value found (``Engine.skip_scan_in_one_statement``)."""
+    values: list[str] = []
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT MIN({column}) FROM {table} WHERE {where}")
+        value = cursor.fetchone()[0]
+        while value is not None and len(values) < limit:
+            values.append(value)
+            cursor.execute(f"SELECT MIN({column}) FROM {table} WHERE {column} > %s AND {where}", [value])
+            value = cursor.fetchone()[0]
+    return values
 
 
 # The ready jobs whose names a filter offers where no index holds the live jobs' names: the newest.

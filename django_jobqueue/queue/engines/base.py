@@ -46,6 +46,9 @@ class Engine:
     # apart, each with only the indexes read there. A change between the two moves the row
     # (``ops/moves.py``); new jobs that a unique key may keep out go straight to the live one.
     finished_jobs_apart: bool = False
+    # A skip scan (distinct values, one index probe each) as one recursive statement; where
+    # its correlated probe would read the whole index instead (MariaDB), one statement a probe.
+    skip_scan_in_one_statement: bool = True
     # RETURNING on an UPDATE, a DELETE, an INSERT: the rows a statement changed, from the
     # statement itself. Without it, the statement is a locking read of the rows' ids, the
     # change by id, and a read of what it returns, in one transaction (``ops/returning.py``).
