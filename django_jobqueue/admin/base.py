@@ -334,10 +334,11 @@ class OperatorAdmin(TitledAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(self.search_filter(term)), False
+        return queryset.filter(self.search_filter(term, queryset.db)), False
 
-    def search_filter(self, term: str) -> Q:
-        """The rows a search term finds; each admin matches exactly, on indexed columns."""
+    def search_filter(self, term: str, using: str) -> Q:
+        """The rows a search term finds on database ``using``; each admin matches exactly, on indexed
+        columns."""
         raise NotImplementedError
 
     def does_not_exist(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:

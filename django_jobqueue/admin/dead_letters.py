@@ -76,7 +76,7 @@ class DeadLetterAdmin(JobFieldsAdmin):
     )
     readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
-    def search_filter(self, term: str) -> Q:
+    def search_filter(self, term: str, using: str) -> Q:
         found = Q(name=term)
         number = parse_id(term)
         return found | Q(pk=number) | Q(job_id=number) if number is not None else found

@@ -10,6 +10,7 @@ from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField, Expression, F, Q, QuerySet, Subquery
 from django.db.models.sql.compiler import SQLCompiler
@@ -135,7 +136,7 @@ class JobAdmin(JobFieldsAdmin):
             return MatchedIdsPaginator(queryset, *args, **kwargs)
         return super().get_paginator(request, queryset, *args, **kwargs)
 
-    def search_filter(self, term: str) -> Q:
+    def search_filter(self, term: str, using: str) -> Q:
         # A concurrency key is looked up in the claim's partial indexes on it,
         # which hold ready and running jobs only: a key match over every status
         # has no index, and in an OR it would turn each search into a scan.
@@ -145,8 +146,15 @@ class JobAdmin(JobFieldsAdmin):
         # The live partition has no index on name and is read by a scan; the
         # keys are found apart, by their indexes, so that the scan compares a
         # row's name and id only, not every column up to the last key's.
-        by_keys = Job.objects.filter(Q(unique_key=term) | by_key).values("pk")
-        found = Q(name=term) | Q(InRowsOf(F("pk"), Subquery(by_keys)))
+        by_keys = Job.objects.using(using).filter(Q(unique_key=term) | by_key).values("pk")
+        if engine_for(connections[using]).reads_in_subquery_under_or:
+            found = Q(name=term) | Q(InRowsOf(F("pk"), Subquery(by_keys)))
+        else:
+            # MySQL scans the table for an OR with a subquery; with ids it reads both indexes
+            # (an index merge). The list shows the newest 10,000 at most, as the count caps.
+            found = Q(name=term) | Q(
+                pk__in=list(by_keys.order_by("-pk").values_list("pk", flat=True)[:10_001])
+            )
         job_id = parse_id(term)
         return found | Q(pk=job_id) if job_id is not None else found
 

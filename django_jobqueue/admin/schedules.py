@@ -93,7 +93,7 @@ class ScheduleAdmin(OperatorAdmin):
         # A row goes when its schedule is no longer declared (the workers' sync).
         return False
 
-    def search_filter(self, term: str) -> Q:
+    def search_filter(self, term: str, using: str) -> Q:
         return Q(name=term) | Q(job=term)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:

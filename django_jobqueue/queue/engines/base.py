@@ -49,6 +49,9 @@ class Engine:
     # A skip scan (distinct values, one index probe each) as one recursive statement; where
     # its correlated probe would read the whole index instead (MariaDB), one statement a probe.
     skip_scan_in_one_statement: bool = True
+    # ``a = %s OR id IN (SELECT …)`` read through indexes; where it scans the table (MySQL),
+    # the subquery's ids are read first.
+    reads_in_subquery_under_or: bool = True
     # RETURNING on an UPDATE, a DELETE, an INSERT: the rows a statement changed, from the
     # statement itself. Without it, the statement is a locking read of the rows' ids, the
     # change by id, and a read of what it returns, in one transaction (``ops/returning.py``).

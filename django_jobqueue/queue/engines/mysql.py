@@ -70,6 +70,7 @@ class MySQLEngine(Engine):
     # MariaDB reads a recursive CTE's correlated MIN(col) WHERE col > found.value by the
     # whole index (a DEPENDENT SUBQUERY), where the same probe with a constant is one seek.
     skip_scan_in_one_statement = False
+    reads_in_subquery_under_or = False
     # The unique key of a live job and its unique index: an ack, which takes the key out
     # of the live ones, locks the key's index record too (``acks.py``).
     live_key = "jq_live_key"
