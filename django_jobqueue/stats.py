@@ -18,7 +18,6 @@ from typing import Any
 
 from django.db import connections, models, transaction
 from django.db.models import Count, Max, Min, Q
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
@@ -304,7 +303,9 @@ def _ready_by_queue(jobs: models.QuerySet[Job], now: datetime) -> list[dict[str,
     rows: list[dict[str, Any]] = []
     for half_sql in (engine.unkeyed, engine.keyed):
         half = (
-            jobs.filter(RawSQL(half_sql, [], output_field=models.BooleanField()), status=JobStatus.READY)
+            # extra(), not a boolean RawSQL: MySQL's would be compared with 1, which no index serves.
+            jobs.filter(status=JobStatus.READY)
+            .extra(where=[half_sql])
             .values("queue")
             .annotate(
                 due=Count("pk", filter=Q(run_at__lte=now)),
