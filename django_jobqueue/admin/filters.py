@@ -10,12 +10,16 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Model, Q, QuerySet
+from django.db import connections
+from django.db.models import IntegerField, Model, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
+from django.db.models.lookups import Exact
 from django.http import HttpRequest
 
 from ..column_values import distinct_values
 from ..models import JobStatus
+from ..queue import engine_for
 from ..queue.validation import check_name, check_queue
 from .base import parse_id
 from .display import read_batch
@@ -58,23 +62,34 @@ class StatusFilter(CheckedFilter):
     def filter(self, queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
         # The database's clock decides what is due, as it does for the claim.
         if value == "due":
-            return queryset.filter(ready_jobs(run_at__lte=Now()))
+            return queryset.filter(ready_jobs(queryset.db, run_at__lte=Now()))
         if value == "scheduled":
-            return queryset.filter(ready_jobs(run_at__gt=Now()))
+            return queryset.filter(ready_jobs(queryset.db, run_at__gt=Now()))
         if value == JobStatus.READY:
             # Due or not, spelt out: SQLite reads an OR through indexes only where
             # each side constrains an indexed column, and run_at is never NULL.
-            return queryset.filter(ready_jobs(run_at__lte=Now()) | ready_jobs(run_at__gt=Now()))
+            return queryset.filter(
+                ready_jobs(queryset.db, run_at__lte=Now()) | ready_jobs(queryset.db, run_at__gt=Now())
+            )
         return queryset.filter(status=value)
 
 
-def ready_jobs(**conditions: Any) -> Q:
-    """Ready jobs that match ``conditions``, as the two halves the claim's indexes hold.
+def ready_jobs(using: str, **conditions: Any) -> Q:
+    """Ready jobs on database ``using`` that match ``conditions``, as the two halves the claim's
+    indexes hold.
 
     Jobs without a concurrency key and jobs with one are in different partial
     indexes; each side of the OR states its half whole, so that the database
     reads each through its index and adds them, instead of scanning the table.
+    On MySQL the halves are told apart by the generated column the claim
+    indexes hold, which InnoDB reads through its index only where it is named.
     """
+    keyed = engine_for(connections[using]).keyed_column
+    if keyed:
+        flag = RawSQL(keyed, [], output_field=IntegerField())
+        return Q(Exact(flag, 0), status=JobStatus.READY, **conditions) | Q(
+            Exact(flag, 1), status=JobStatus.READY, **conditions
+        )
     return Q(status=JobStatus.READY, concurrency_key__isnull=True, **conditions) | Q(
         status=JobStatus.READY, concurrency_key__isnull=False, **conditions
     )

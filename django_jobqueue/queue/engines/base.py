@@ -102,6 +102,9 @@ class Engine:
     live_key: str = ""
     live_key_index: str = ""
     # SQL true for a job without a concurrency key, and with one, as the claim indexes read it.
+    # The column that tells keyed jobs from the others where the claim indexes hold it as a
+    # column of its own (MySQL's generated jq_keyed, 0 or 1), else "".
+    keyed_column: str = ""
     unkeyed: str = "concurrency_key IS NULL"
     keyed: str = "concurrency_key IS NOT NULL"
 

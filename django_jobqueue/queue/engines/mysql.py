@@ -78,6 +78,7 @@ class MySQLEngine(Engine):
     finished_index = "jq_finished_idx"
     # The generated column that the claim indexes hold (MariaDB reads an index of a
     # generated column only where a statement names the column).
+    keyed_column = "jq_keyed"
     unkeyed = "jq_keyed = 0"
     keyed = "jq_keyed = 1"
     now_plus_template = "(UTC_TIMESTAMP(6) + INTERVAL ROUND(({seconds}) * 1000000) MICROSECOND)"
