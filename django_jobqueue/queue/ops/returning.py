@@ -120,7 +120,7 @@ def delete_returning(
     order: str | None = "id",
 ) -> list[Any]:
     """``DELETE FROM table WHERE where RETURNING returning``, the rows locked first (at most
-    ``limit``; ``index``, ``order`` as for ``locked_ids``), and read before the delete."""
+    ``limit``; ``index``, ``order`` as for ``locked_ids``), as ``delete_locked_returning`` does."""
     with transaction.atomic(using=using):
         return delete_locked_returning(
             using, table, locked_ids(using, table, where, params, lock, order, limit, index), returning
@@ -128,11 +128,20 @@ def delete_returning(
 
 
 def delete_locked_returning(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:
-    """Delete the rows ``ids`` (locked by this transaction); their ``returning``, read before.
+    """Delete the rows ``ids`` (locked by this transaction); their ``returning``: from the delete
+    where the engine has ``DELETE … RETURNING``, else read before it.
 
-    Not MariaDB's ``DELETE … RETURNING``: a single-table DELETE takes no index
-    hint, and a list of ids must read the primary key (``Engine.delete_by_id``).
+    MariaDB's is left unused (``supports_delete_returning``): its single-table
+    DELETE takes no index hint, and a list of ids must read the primary key
+    (``Engine.delete_by_id``).
     """
+    cursor, engine = cursor_and_engine(using)
+    if engine.supports_delete_returning:
+        rows: list[Any] = []
+        for chunk in batched(sorted(ids), ROWS_PER_STATEMENT):
+            cursor.execute(f"DELETE FROM {table} WHERE id IN ({marks(chunk)}) RETURNING {returning}", chunk)
+            rows += cursor.fetchall()
+        return rows
     rows = rows_of(using, table, ids, returning)
     delete_ids(using, table, ids)
     return rows
