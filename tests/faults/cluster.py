@@ -51,6 +51,17 @@ def as_postgres(*command: str, timeout: float = 60) -> subprocess.CompletedProce
     return subprocess.run([*prefix, *command], capture_output=True, text=True, timeout=timeout, check=True)
 
 
+def migrate(url: str) -> None:
+    """``manage.py migrate`` of this tree on the database at ``url``, in a process of its own."""
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url},
+        check=True,
+        timeout=120,
+    )
+
+
 class Cluster:
     """A PostgreSQL cluster of its own, listening on ``127.0.0.1`` and ``extra_addresses``."""
 
@@ -86,13 +97,7 @@ class Cluster:
             str(self.bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
             "-c", f"CREATE DATABASE {DATABASE}",
         )  # fmt: skip
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": self.url()},
-            check=True,
-            timeout=120,
-        )
+        migrate(self.url())
 
     def pg_ctl(self, *args: str) -> None:
         as_postgres(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", *args)
@@ -154,13 +159,7 @@ class MariaDBServer:
         )  # fmt: skip
         self.start()
         self.client(f"CREATE DATABASE {DATABASE} CHARACTER SET utf8mb4")
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": self.url()},
-            check=True,
-            timeout=120,
-        )
+        migrate(self.url())
 
     def client(self, sql: str) -> None:
         subprocess.run(
