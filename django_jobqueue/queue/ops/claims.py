@@ -16,7 +16,7 @@ from ..engines import Engine, engine_for
 from ..native import run_bound
 from . import history
 from .dead_letters import move_to_dead_letters
-from .returning import locked_ids, update_returning
+from .returning import locked_ids, update_ids, update_returning
 from .tables import (
     HELD_BY,
     JOB,
@@ -198,8 +198,7 @@ def _renew_by_id(
             cursor.execute(f"SELECT id FROM {JOB} WHERE {live}", locked)
             renewed = sorted(row[0] for row in cursor.fetchall())
         if renewed:
-            params = [visibility_timeout, visibility_timeout, *renewed]
-            cursor.execute(f"UPDATE {engine.by_id(JOB)} SET {renew} WHERE id IN ({marks(renewed)})", params)
+            update_ids(using, JOB, renew, [visibility_timeout, visibility_timeout], renewed)
     return renewed, sorted(mine - set(locked))
 
 

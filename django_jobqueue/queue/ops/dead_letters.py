@@ -24,9 +24,7 @@ from .tables import (
     DEAD,
     INSERT_COLUMNS,
     JOB,
-    ROWS_PER_STATEMENT,
     TRACE_COLUMN,
-    batched,
     cursor_and_engine,
     marks,
     notify_queues,
@@ -90,8 +88,7 @@ def move_to_dead_letters(
         job_ids = [row[0] for row in moved]
         # Deleted by id alone: this transaction holds their locks (the SKIP LOCKED in
         # ``where``, or ``lock``; on SQLite, the write lock) since it read them.
-        for chunk in batched(job_ids, ROWS_PER_STATEMENT):
-            cursor.execute(f"{engine.delete_by_id(JOB)} WHERE id IN ({marks(chunk)})", chunk)
+        returning_ops.delete_ids(using, JOB, job_ids)
         # A dead letter of a batch counts as failed, in the transaction that made it one.
         failed = tally((batch_id, Counts(failed=1)) for _job_id, batch_id in moved)
         if failed:
@@ -224,7 +221,7 @@ def retry_dead_letter_batch(
         else:
             new_ids = _revived_one_by_one(using, ids)
             created = sorted(returning_ops.rows_of(using, JOB, new_ids, "id, name, queue, batch_id"))
-        cursor.execute(f"{engine.delete_by_id(DEAD)} WHERE id IN ({marks(ids)})", ids)
+        returning_ops.delete_ids(using, DEAD, ids)
         # Their dependents wait on the new jobs now.
         repoint_dependencies(using, [(old, new[0]) for (_, old), new in zip(picked, created, strict=True)])
         notify_queues(using, [row[2] for row in created])

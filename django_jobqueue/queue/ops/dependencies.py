@@ -42,7 +42,7 @@ from ...models import Dependency, Job
 from ..engines import Engine
 from .enqueue import insert_jobs
 from .moves import Change, run_transition
-from .returning import delete_returning, update_returning
+from .returning import delete_returning, update_ids, update_returning
 from .tables import (
     DEAD,
     JOB,
@@ -90,10 +90,7 @@ def insert_waiting_jobs(
         )
         waiting = sorted({dependent for dependent, _ in edges})
         insert_rows(using, EDGE, ("dependent_id", "dependency_id"), edges)
-        cursor, engine = cursor_and_engine(using)
-        for chunk in batched(waiting, ROWS_PER_STATEMENT):
-            to_wait = f"UPDATE {engine.by_id(JOB)} SET status = 'waiting' WHERE id IN ({marks(chunk)})"
-            cursor.execute(to_wait, list(chunk))
+        update_ids(using, JOB, "status = 'waiting'", [], waiting)
     held = set(waiting)
     for job in jobs:
         if job.pk in held:

@@ -14,7 +14,7 @@ from ..flow import RATE_UNITS
 from . import history
 from .dead_letters import move_to_dead_letters
 from .limited import STARTS
-from .returning import delete_returning
+from .returning import delete_returning, update_ids
 from .tables import JOB, TICK_BATCH, WORKER, cursor_and_engine, keys_not_held, marks
 
 
@@ -92,8 +92,7 @@ def _expire_by_id(using: str) -> int:
         if spent:
             _bury_ids(using, engine, spent)
         if again:
-            rescue = f"UPDATE {engine.by_id(JOB)} SET {_rescue_sets(engine)} WHERE id IN ({marks(again)})"
-            cursor.execute(rescue, again)
+            update_ids(using, JOB, _rescue_sets(engine), [], again)
     return len(spent) + len(again)
 
 
