@@ -92,17 +92,6 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
             for n in range(LINGERING)
         ]
     )
-    # Due once the chaos has begun, so that their time limits strike among the kills.
-    timed = {"timeout": 0.5, "priority": 10, "delay": 4}
-    overrun = queue.push_many(
-        [("faults.overrun", {"seconds": 10, "overrun_attempts": 1}, timed) for _ in range(OVERRUN_ONCE)]
-        + [("faults.overrun", {"seconds": 10, "overrun_attempts": 99}, {**timed, "max_attempts": 2})]
-        * HOPELESS
-    )
-    work = queue.push_many(
-        [("faults.work", {"seconds": rng.uniform(0.05, 0.25), "n": n}, {}) for n in range(POOL_JOBS)]
-    )
-    hopeless_ids = {job.pk for job in overrun[OVERRUN_ONCE:]}
     fleet = start_fleet("pool-chaos", POOL_WORKERS, POOL_ARGS, env=POOL_ENV)
 
     def logged(pattern: str) -> int:
@@ -119,6 +108,20 @@ def test_process_pool_chaos_loses_nothing_with_workers_and_children_killed(queue
     )
     cancels = {job.pk: time.time() for job in lingering if queue.cancel(job)}
     wait_until(lambda: logged(r"job faults\.linger .* outcome=cancelled") == LINGERING, 20, "the cancels")
+
+    # The rest is enqueued only now, so that it is still there for the kills to cut: on a loaded
+    # machine the cancels took long enough for the workers to drain it all before the first kill.
+    # Due once the chaos has begun, so that their time limits strike among the kills.
+    timed = {"timeout": 0.5, "priority": 10, "delay": 4}
+    overrun = queue.push_many(
+        [("faults.overrun", {"seconds": 10, "overrun_attempts": 1}, timed) for _ in range(OVERRUN_ONCE)]
+        + [("faults.overrun", {"seconds": 10, "overrun_attempts": 99}, {**timed, "max_attempts": 2})]
+        * HOPELESS
+    )
+    work = queue.push_many(
+        [("faults.work", {"seconds": rng.uniform(0.1, 0.4), "n": n}, {}) for n in range(POOL_JOBS)]
+    )
+    hopeless_ids = {job.pk for job in overrun[OVERRUN_ONCE:]}
 
     began = time.monotonic()
     # The chaos's own pace; each kill aimed at a worker, or a child, in the middle of a job, but
