@@ -35,6 +35,30 @@ def test_pull_claims_with_owner_token_deadline_and_attempt(queue, job_factory):
     assert 35 < (row.locked_until - timezone.now()).total_seconds() < 45
 
 
+def fields(job: Job) -> dict[str, object]:
+    return {field.attname: getattr(job, field.attname) for field in Job._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("queues", [(), ("one", "two")], ids=["any queue", "named queues"])
+def test_the_jobs_a_claim_returns_are_the_rows_it_wrote(queue, job_factory, queues):
+    # Where the claim cannot return its rows (MySQL), the jobs are the picked rows as the claim
+    # changes them, not read again: every field must still be what the database holds.
+    plain = job_factory(queue="one", visibility_timeout=40)
+    task = job_factory(queue="two", priority=5)
+    Job.objects.filter(pk=task.pk).update(task_backend="default", worker_ids=["earlier"])
+    again = job_factory(queue="one")
+    first = queue.pull("one", worker_id="before")
+    assert first is not None and first.pk == plain.pk
+    assert queue.release(first, worker_id="before")
+    claimed = queue.pull_many(*queues, worker_id="server-c", limit=5)
+    assert sorted(job.pk for job in claimed) == sorted([plain.pk, task.pk, again.pk])
+    for job in claimed:
+        assert fields(job) == fields(fetch(job)), job.pk
+    by_id = {job.pk: job for job in claimed}
+    assert by_id[task.pk].worker_ids == ["earlier", "server-c"]
+    assert by_id[first.pk].started_at == first.started_at  # its first claim's, kept
+
+
 def test_pull_visibility_timeout_overrides_the_jobs_own(queue, job_factory):
     job_factory(visibility_timeout=40)
     claimed = queue.pull(worker_id="w", visibility_timeout=timedelta(minutes=10))

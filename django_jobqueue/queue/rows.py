@@ -73,14 +73,18 @@ _CONVERTERS = [(index, conv) for index, f in enumerate(JOB_FIELDS) if (conv := _
 
 
 def job_from_row(using: str, row: Sequence[Any]) -> Job:
-    values = list(row)
-    for index, convert in _CONVERTERS:
-        values[index] = convert(values[index])
-    return loaded_job(using, values)
+    return jobs_from_rows(using, [row])[0]
 
 
 def jobs_from_rows(using: str, rows: Iterable[Sequence[Any]]) -> list[Job]:
-    return [job_from_row(using, row) for row in rows]
+    build = _job_builder(using)  # once a batch: it asks whether init signals have receivers
+    jobs = []
+    for row in rows:
+        values = list(row)
+        for index, convert in _CONVERTERS:
+            values[index] = convert(values[index])
+        jobs.append(build(values))
+    return jobs
 
 
 _DATETIME_INDEXES = [index for index, f in enumerate(JOB_FIELDS) if isinstance(f, models.DateTimeField)]

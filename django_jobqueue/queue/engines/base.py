@@ -155,6 +155,10 @@ class Engine:
     commit_mode_sql: str | None = None
     # ``str.format`` templates for ``now_plus``, ``json_push`` and ``json_pop``.
     now_plus_template: str = ""
+    # ``moment_plus``'s, and a parameter holding a time read from the database: where a claim
+    # cannot return its rows (MySQL), its pick reads the claim's moment and deadline.
+    moment_plus_template: str = ""
+    moment_param: str = "%s"
     json_push_template: str = ""
     json_pop_template: str = ""
     clock_minus_template: str = ""
@@ -202,6 +206,10 @@ class Engine:
     def now_plus(self, seconds_sql: str) -> str:
         """SQL for the database's now plus ``seconds_sql`` (an SQL number) seconds."""
         return self.now_plus_template.format(seconds=seconds_sql)
+
+    def moment_plus(self, moment_sql: str, seconds_sql: str) -> str:
+        """SQL for the time ``moment_sql`` plus ``seconds_sql`` seconds, as ``now_plus`` adds them."""
+        return self.moment_plus_template.format(moment=moment_sql, seconds=seconds_sql)
 
     def now_minus(self, seconds_sql: str) -> str:
         """SQL for the database's now minus ``seconds_sql`` seconds."""

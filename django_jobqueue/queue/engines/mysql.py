@@ -81,7 +81,11 @@ class MySQLEngine(Engine):
     keyed_column = "jq_keyed"
     unkeyed = "jq_keyed = 0"
     keyed = "jq_keyed = 1"
-    now_plus_template = "(UTC_TIMESTAMP(6) + INTERVAL ROUND(({seconds}) * 1000000) MICROSECOND)"
+    # ``moment_plus``: a claim by id sets its deadline from the moment its pick read (``ops/picks.py``).
+    moment_plus_template = "({moment} + INTERVAL ROUND(({seconds}) * 1000000) MICROSECOND)"
+    now_plus_template = moment_plus_template.replace("{moment}", "UTC_TIMESTAMP(6)")
+    # A moment read back from the database, passed to it as a parameter.
+    moment_param = "CAST(%s AS DATETIME(6))"
     clock_minus_template = "(UTC_TIMESTAMP(6) - INTERVAL ROUND(({seconds}) * 1000000) MICROSECOND)"
     json_push_template = "JSON_ARRAY_APPEND({column}, '$', {value})"
     json_pop_template = (

@@ -32,6 +32,7 @@ from .tables import (
     batched,
     cursor_and_engine,
     keys_not_held,
+    written_ids,
 )
 
 # The plain ack's one extra condition: a job that dependents wait on is left to
@@ -233,13 +234,13 @@ def _ack_values(
     ``id, claim_token``; else every claim still held is acked and each row
     also says whether the job ``has_dependents``.
     """
+    held = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
+    if not engine.supports_update_returning:
+        return _ack_values_by_id(cursor, engine, worker_id, chunk, keep, held, plain)
     fence_params: list[Any] = [worker_id]
     fence_params += [value for job_id, token, _ in chunk for value in (job_id, token)]
-    held = f"{HELD_BY} AND {NO_DEPENDENTS}" if plain else HELD_BY
     fence = f"{held} AND (id, claim_token) IN {engine.pairs(len(chunk))}"
     returning = "id, claim_token" if plain else "id, claim_token, has_dependents"
-    if not engine.supports_update_returning:
-        return _ack_values_by_id(cursor, engine, chunk, keep, fence, fence_params, plain)
     if keep:
         results = [completion for completion in chunk if completion[2] is not None]
         result_sql, result_params = "NULL", []
@@ -258,10 +259,10 @@ def _ack_values(
 def _ack_values_by_id(
     cursor: Any,
     engine: Engine,
+    worker_id: str,
     chunk: Sequence[tuple[int, int, str | None]],
     keep: bool,
-    fence: str,
-    fence_params: list[Any],
+    held: str,
     plain: bool,
 ) -> list[Any]:
     """``_ack_values`` where the ack cannot return its rows: those held by another transaction
@@ -269,9 +270,14 @@ def _ack_values_by_id(
 
     The rows' ids, claim tokens and marks are those of the locking read: no
     other transaction changes a row this one holds, so none is read again.
+    Ids and claim tokens are written into the statements (``tables.written_ids``).
     """
     using = cursor.db.alias
-    with transaction.atomic(using=using):
+    claims = ", ".join(f"({written_ids([job_id, token])})" for job_id, token, _ in chunk)
+    fence, fence_params = f"{held} AND (id, claim_token) IN ({claims})", [worker_id]
+    # No savepoint inside a worker's round (two statements more a round): the read passes over
+    # what it cannot lock at once, and the writes touch only the rows it locked.
+    with transaction.atomic(using=using, savepoint=False):
         cursor.execute(
             f"SELECT id, claim_token, has_dependents, {engine.live_key} FROM {JOB} "
             f"{engine.force_index(returning_ops.BY_ID)} WHERE {fence} ORDER BY id {engine.skip_locked}",
@@ -289,8 +295,9 @@ def _ack_values_by_id(
         results = [completion for completion in chunk if completion[:2] in held and completion[2] is not None]
         result_sql, result_params = "NULL", []
         if results:
-            result_sql = f"CASE {' '.join('WHEN id = %s THEN %s' for _ in results)} END"
-            result_params = [value for job_id, _token, result in results for value in (job_id, result)]
+            whens = " ".join(f"WHEN id = {int(job_id)} THEN %s" for job_id, _token, _result in results)
+            result_sql = f"CASE {whens} END"
+            result_params = [result for _job_id, _token, result in results]
         sets = ", ".join(f"{column} = {value}" for column, value in _done_columns(engine).items())
         returning_ops.update_ids(using, JOB, f"{sets}, result = {result_sql}", result_params, ids)
         return acked

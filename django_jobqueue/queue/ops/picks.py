@@ -2,26 +2,28 @@
 
 ``plain_picked`` is the pick as a subquery of the claim's ``UPDATE``.
 Where the database has no ``UPDATE … RETURNING`` (MySQL, MariaDB) the pick is
-a statement of its own (``picked_ids``) that reads and locks the due jobs
+a statement of its own (``picked_rows``) that reads and locks the due jobs
 first, ``SKIP LOCKED``, each queue's from its own range of the claim index
 (migration 0018: InnoDB locks every record a locking read scans, so the read
 names the index's leading columns with equalities and, with ``IN``, the
 ranks that hold ready jobs, which ``ranks_in_use`` reads first);
-``claim_ids`` then claims them by id and reads them back, in the transaction
-of the round's acks.
+``claim_picked`` then claims them by id, in the transaction of the round's
+acks, without reading them back: the pick read every column, and the
+claim's moment and deadlines, as the database computes them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...models import Job
 from ..engines import Engine
 from ..flow import QueueLimits
-from ..rows import JOB_COLUMNS_SQL, jobs_from_rows
+from ..rows import JOB_COLUMNS, JOB_COLUMNS_SQL, jobs_from_rows
 from .limited import NOT_PAUSED_ROW, not_paused
-from .returning import update_ids_returning
+from .returning import update_ids, update_ids_returning
 from .tables import CLAIM_ORDER, JOB, cursor_and_engine, live_jobs, marks
 
 
@@ -59,24 +61,38 @@ def ranks_in_use(cursor: Any, engine: Engine, queue: str | None) -> list[int]:
     return [int(row[0]) for row in cursor.fetchall()]
 
 
-def picked_ids(
+def claim_seconds(engine: Engine) -> str:
+    """SQL of a claim's seconds to its deadline: the round's visibility timeout (a parameter),
+    else the job's own."""
+    return f"COALESCE({engine.nullable_float}, visibility_timeout)"
+
+
+def picked_rows(
     using: str,
     queue_limits: Sequence[tuple[str, int]] | None,
     limit: int,
     limits: Mapping[str, QueueLimits],
-) -> list[int]:
-    """Lock and return the ids of the due plain jobs a round may take, passing over locked ones."""
+    visibility_timeout: float | None,
+) -> list[Any]:
+    """Lock and return the due plain jobs a round may take, passing over locked ones.
+
+    Each row is the job's every column, then the claim's moment and deadline
+    as the database computes them (``claim_picked``): the claim's rows are
+    these, as the claim by id leaves them, and are not read again.
+    """
     cursor, engine = cursor_and_engine(using)
+    deadline = engine.now_plus(claim_seconds(engine))
+    columns = f"{JOB_COLUMNS_SQL}, {engine.now}, {deadline}, {engine.claim_rank}"
     lock = f"ORDER BY {engine.claim_order} LIMIT %s {engine.skip_locked_in_place}"
     if queue_limits is None:
         due = unkeyed_due(engine, ranks_in_use(cursor, engine, None))
         others = f"AND queue NOT IN ({marks(list(limits))}) " if limits else ""
         cursor.execute(
-            f"SELECT id FROM {JOB} {engine.any_queue_claim_hint} "
+            f"SELECT {columns} FROM {JOB} {engine.any_queue_claim_hint} "
             f"WHERE {due} {others}AND {NOT_PAUSED_ROW} {lock}",
-            [*limits, limit],
+            [visibility_timeout, *limits, limit],
         )
-        return [row[0] for row in cursor.fetchall()]
+        return list(cursor.fetchall())
     branches: list[str] = []
     params: list[Any] = []
     for queue, share in queue_limits:
@@ -84,18 +100,63 @@ def picked_ids(
             continue
         due = unkeyed_due(engine, ranks_in_use(cursor, engine, queue))
         branches.append(
-            f"(SELECT id, {engine.claim_order} FROM {JOB} {engine.queue_claim_hint} "
+            f"(SELECT {columns} FROM {JOB} {engine.queue_claim_hint} "
             f"WHERE {due} AND queue = %s "
             f"AND {not_paused('%s')} {lock})"
         )
-        params += [queue, queue, min(share, limit)]
+        params += [visibility_timeout, queue, queue, min(share, limit)]
     if not branches:
         return []
     if len(branches) == 1:
         cursor.execute(branches[0][1:-1], params)
     else:
-        cursor.execute(f"{' UNION ALL '.join(branches)} ORDER BY 2, 3, 1 LIMIT %s", [*params, limit])
-    return [row[0] for row in cursor.fetchall()]
+        union = " UNION ALL ".join(branches)
+        cursor.execute(f"{union} ORDER BY {engine.claim_order} LIMIT %s", [*params, limit])
+    return list(cursor.fetchall())
+
+
+def moment_of(picked: Sequence[Any]) -> Any:
+    """The claim's moment as ``picked_rows`` read it (None if it picked nothing)."""
+    return picked[0][_MOMENT] if picked else None
+
+
+def claim_picked(
+    using: str, sets: str, set_params: Sequence[Any], picked: Sequence[Any], worker_id: str
+) -> list[Job]:
+    """Claim the rows ``picked_rows`` locked with ``sets`` (written from their moment); return them.
+
+    Each job is its picked row as the claim changes it: the claim writes
+    values the pick's statement computed (its moment, each row's deadline)
+    or that follow from the row (one more attempt and claim token), so the
+    rows are not read back.
+    """
+    update_ids(using, JOB, sets, set_params, [row[_ID] for row in picked])
+    return jobs_from_rows(using, [_as_claimed(row, worker_id) for row in picked])
+
+
+def _as_claimed(row: Sequence[Any], worker_id: str) -> list[Any]:
+    """A picked row's job columns as ``rounds._claim_sets`` leaves them."""
+    values = list(row[:_MOMENT])
+    moment, deadline = row[_MOMENT], row[_MOMENT + 1]
+    values[_STATUS] = "running"
+    values[_ATTEMPTS] += 1
+    values[_CLAIM_TOKEN] += 1
+    values[_LOCKED_BY] = worker_id
+    values[_LOCKED_UNTIL] = deadline
+    if values[_STARTED_AT] is None:
+        values[_STARTED_AT] = moment
+    values[_LAST_ATTEMPTED_AT] = moment
+    if values[_TASK_BACKEND] != "":
+        values[_WORKER_IDS] = [*json.loads(values[_WORKER_IDS]), worker_id]
+    return values
+
+
+_ID, _MOMENT = JOB_COLUMNS.index("id"), len(JOB_COLUMNS)
+_STATUS, _ATTEMPTS = JOB_COLUMNS.index("status"), JOB_COLUMNS.index("attempts")
+_CLAIM_TOKEN, _LOCKED_BY = JOB_COLUMNS.index("claim_token"), JOB_COLUMNS.index("locked_by")
+_LOCKED_UNTIL, _STARTED_AT = JOB_COLUMNS.index("locked_until"), JOB_COLUMNS.index("started_at")
+_LAST_ATTEMPTED_AT = JOB_COLUMNS.index("last_attempted_at")
+_TASK_BACKEND, _WORKER_IDS = JOB_COLUMNS.index("task_backend"), JOB_COLUMNS.index("worker_ids")
 
 
 def keyed_probe(engine: Engine, queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .tables import ROWS_PER_STATEMENT, batched, cursor_and_engine, marks
+from .tables import ROWS_PER_STATEMENT, batched, cursor_and_engine, marks, written_ids
 
 # The index a locking read of rows by their ids reads.
 BY_ID = "PRIMARY"
@@ -86,16 +86,15 @@ def update_ids(using: str, table: str, sets: str, set_params: Sequence[Any], ids
     """``sets`` on the rows ``ids``, which this transaction has locked."""
     cursor, engine = cursor_and_engine(using)
     for chunk in batched(ids, ROWS_PER_STATEMENT):
-        cursor.execute(
-            f"UPDATE {engine.by_id(table)} SET {sets} WHERE id IN ({marks(chunk)})", [*set_params, *chunk]
-        )
+        ids_sql = written_ids(chunk)
+        cursor.execute(f"UPDATE {engine.by_id(table)} SET {sets} WHERE id IN ({ids_sql})", set_params)
 
 
 def delete_ids(using: str, table: str, ids: Sequence[int]) -> None:
     """Delete the rows ``ids``, which this transaction has locked."""
     cursor, engine = cursor_and_engine(using)
     for chunk in batched(ids, ROWS_PER_STATEMENT):
-        cursor.execute(f"{engine.delete_by_id(table)} WHERE id IN ({marks(chunk)})", list(chunk))
+        cursor.execute(f"{engine.delete_by_id(table)} WHERE id IN ({written_ids(chunk)})")
 
 
 def rows_of(using: str, table: str, ids: Sequence[int], returning: str) -> list[Any]:

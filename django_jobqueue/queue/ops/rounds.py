@@ -201,9 +201,11 @@ def _plain_round_by_id(
     flow = round_.flow
     with transaction.atomic(using=using):
         done = complete_many(using, round_.worker_id, completions, keep)
-        ids = picks.picked_ids(using, round_.queue_limits, round_.limit, round_.limits)
-        sets, params = _claim_sets(engine, round_)
-        claimed = picks.claim_ids(using, sets, params, ids)
+        picked = picks.picked_rows(
+            using, round_.queue_limits, round_.limit, round_.limits, round_.visibility_timeout
+        )
+        sets, params = _claim_sets(engine, round_, picks.moment_of(picked))
+        claimed = picks.claim_picked(using, sets, params, picked, round_.worker_id)
     if flow.probe_due():
         probe, probe_params = picks.keyed_probe(engine, round_.queue_limits)
         cursor = connections[using].cursor()
@@ -370,11 +372,19 @@ def _flow_marker(keyed_seen: str, held: str = "0", walked: str = "NULL") -> str:
     return ", ".join(values.get(column, "NULL") for column in JOB_COLUMNS)
 
 
-def _claim_sets(engine: Engine, round_: Round) -> tuple[str, list[Any]]:
-    """The claim's SET clause, and its parameters: owner, deadline, a Task job's worker."""
+def _claim_sets(engine: Engine, round_: Round, moment: Any = None) -> tuple[str, list[Any]]:
+    """The claim's SET clause, and its parameters: owner, deadline, a Task job's worker.
+
+    ``moment``: the claim's now as its pick read it (``picks.picked_rows``),
+    for the claim to write what the pick computed; None: the database's now.
+    """
+    seconds = picks.claim_seconds(engine)
+    now, deadline, at = engine.now, engine.now_plus(seconds), []
+    if moment is not None:
+        now, at = engine.moment_param, [moment]
+        deadline = engine.moment_plus(now, seconds)
     # The SET clause's: owner, deadline, and the owner again for a Task job's worker_ids.
-    params: list[Any] = [round_.worker_id, round_.visibility_timeout, round_.worker_id]
-    deadline = engine.now_plus(f"COALESCE({engine.nullable_float}, visibility_timeout)")
+    params: list[Any] = [round_.worker_id, *at, round_.visibility_timeout, *at, *at, round_.worker_id]
     # A Task job keeps its worker per attempt (TaskResult.worker_ids); a @job job does not pay for it.
     worker_ids = (
         f"CASE WHEN task_backend = '' THEN worker_ids ELSE {engine.json_push('worker_ids', '%s')} END"
@@ -382,7 +392,7 @@ def _claim_sets(engine: Engine, round_: Round) -> tuple[str, list[Any]]:
     sets = (
         "status = 'running', attempts = attempts + 1, "
         f"claim_token = claim_token + 1, locked_by = %s, locked_until = {deadline}, "
-        f"started_at = COALESCE(started_at, {engine.now}), last_attempted_at = {engine.now}, "
+        f"started_at = COALESCE(started_at, {now}), last_attempted_at = {now}, "
         f"worker_ids = {worker_ids}"
     )
     return sets, params
