@@ -65,6 +65,28 @@ def test_pull_visibility_timeout_overrides_the_jobs_own(queue, job_factory):
     assert 590 < (claimed.locked_until - timezone.now()).total_seconds() < 610
 
 
+@pytest.mark.parametrize("priorities", [1, 2, 5], ids=lambda n: f"{n} priorities")
+@pytest.mark.parametrize("queues", [(), ("one", "two")], ids=["any queue", "named queues"])
+def test_a_claim_takes_the_highest_priorities_of_many(queue, job_factory, priorities, queues):
+    # MySQL reads the ranks in use first: two at once, all of them where there are two.
+    expected = []
+    for priority in range(priorities):
+        for queue_name in ("one", "two"):
+            expected.append(job_factory(queue=queue_name, priority=priority * 10).pk)
+    job_factory(queue="one", priority=priorities * 10, delay=60)  # not due: passed over
+    limit = priorities + 1
+    first = queue.pull_many(*queues, worker_id="w", limit=limit)
+    by_priority = sorted(expected, key=lambda pk: -fetch_priority(pk))
+    assert sorted(job.pk for job in first) == sorted(by_priority[:limit])
+    assert [job.priority for job in first] == sorted((job.priority for job in first), reverse=True)
+    rest = queue.pull_many(*queues, worker_id="w", limit=100)
+    assert sorted(job.pk for job in [*first, *rest]) == sorted(expected)
+
+
+def fetch_priority(pk: int) -> int:
+    return Job.objects.values_list("priority", flat=True).get(pk=pk)
+
+
 def test_pull_returns_none_when_nothing_is_due(queue, job_factory):
     job_factory(delay=60)
     assert queue.pull(worker_id="w") is None
