@@ -262,7 +262,7 @@ def _ack_values_by_id(
     worker_id: str,
     chunk: Sequence[tuple[int, int, str | None]],
     keep: bool,
-    held: str,
+    still_held: str,
     plain: bool,
 ) -> list[Any]:
     """``_ack_values`` where the ack cannot return its rows: those held by another transaction
@@ -274,7 +274,7 @@ def _ack_values_by_id(
     """
     using = cursor.db.alias
     claims = ", ".join(f"({written_ids([job_id, token])})" for job_id, token, _ in chunk)
-    fence, fence_params = f"{held} AND (id, claim_token) IN ({claims})", [worker_id]
+    fence, fence_params = f"{still_held} AND (id, claim_token) IN ({claims})", [worker_id]
     # No savepoint inside a worker's round (two statements more a round): the read passes over
     # what it cannot lock at once, and the writes touch only the rows it locked.
     with transaction.atomic(using=using, savepoint=False):
