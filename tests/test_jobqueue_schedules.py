@@ -131,10 +131,11 @@ def test_the_table_reads_well(declared):
 def test_last_fire_shows_once_a_worker_fired_it(declared):
     book = ScheduleBook()
     schedules = declared_schedules()
-    # Midday (UTC) of the database's day: hours from the nightly fire time (03:00 Amsterdam), whose
-    # fire time would otherwise be on time, and enqueued beside the latest missed one, in the
-    # minute after it.
-    now = book.now().replace(hour=12, minute=0, second=0, microsecond=0)
+    # Midday (UTC) of the day before the database's: hours from the nightly fire time (03:00
+    # Amsterdam), whose fire time would otherwise be on time, and enqueued beside the latest missed
+    # one, in the minute after it. The day before: the command shows that fire time against the
+    # clock, "ago" only once it has passed (today's is still ahead before 02:00 UTC).
+    now = (book.now() - timedelta(days=1)).replace(hour=12, minute=0, second=0, microsecond=0)
     book.sync(schedules, now=now - timedelta(days=2))
     fired = {each.schedule: each for each in book.fire_due(schedules, now=now)}
 
