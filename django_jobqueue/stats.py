@@ -21,6 +21,7 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
+from .indexed import finished_at, keyed_status
 from .models import DeadLetter, Job, JobStatus, Worker
 from .queue import WORKER_STALE_AFTER, QueueClient, engine_for
 from .queue.flow import QueueLimits, configured_limits
@@ -201,7 +202,7 @@ def _overview(using: str, *, minutes: bool) -> Overview:
     now = database_now(using)
     queues = _live_queue_stats(using, now)
     hour_ago = now - timedelta(hours=1)
-    done = Job.objects.using(using).order_by().filter(status=JobStatus.DONE, finished_at__gte=hour_ago)
+    done = finished_at(Job.objects.using(using).order_by().filter(status=JobStatus.DONE), gte=hour_ago)
     for name, count in _count_by_queue(done):
         queues.setdefault(name, QueueStats(name)).done_last_hour = count
     limits, problem = _configured_limits()
@@ -304,8 +305,7 @@ def _ready_by_queue(jobs: models.QuerySet[Job], now: datetime) -> list[dict[str,
     for half_sql in (engine.unkeyed, engine.keyed):
         half = (
             # extra(), not a boolean RawSQL: MySQL's would be compared with 1, which no index serves.
-            jobs.filter(status=JobStatus.READY)
-            .extra(where=[half_sql])
+            jobs.extra(where=[half_sql])
             .values("queue")
             .annotate(
                 due=Count("pk", filter=Q(run_at__lte=now)),
@@ -331,9 +331,9 @@ def busiest_keys(using: str, now: datetime, limit: int = BUSIEST_KEYS) -> list[K
     As for the claim, a job whose claim expired holds no slot. Read in the
     index of running jobs with a key.
     """
+    keyed = Job.objects.using(using).filter(concurrency_key__isnull=False, locked_until__gt=now)
     rows = (
-        Job.objects.using(using)
-        .filter(status=JobStatus.RUNNING, concurrency_key__isnull=False, locked_until__gt=now)
+        keyed_status(keyed, exact=JobStatus.RUNNING)
         .values("concurrency_key")
         .annotate(running=Count("pk"), limit=Max("concurrency_limit"))
         .order_by("-running", "concurrency_key")[:limit]
@@ -384,8 +384,7 @@ def last_hour(using: str, now: datetime) -> list[Minute]:
     # Minutes cut in UTC: every time zone's offset is whole minutes, so they are the
     # same minutes, and MySQL then needs no time zone tables (CONVERT_TZ) to cut them.
     done = (
-        Job.objects.using(using)
-        .filter(status=JobStatus.DONE, finished_at__gte=start, finished_at__lt=end)
+        finished_at(Job.objects.using(using).filter(status=JobStatus.DONE), gte=start, lt=end)
         .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
         .values("minute")
         .annotate(count=Count("pk"))

@@ -114,11 +114,11 @@ def test_many_claimers_never_exceed_a_keys_limit(row_locks_only):
     keys = ["a", "b", "c", "d", "e", "f"]
 
     def produce(n: int) -> None:
-        # Each new job outranks every job before it (priority climbs, wrapping at 100).
-        [new] = enqueue_many([("tests.noop", {}, {"priority": -100 + n % 200})])
-        Job.objects.filter(pk=new.pk).update(
-            concurrency_key=keys[n % 6], concurrency_limit=2 if n % 6 < 3 else 1
-        )
+        # Each new job outranks every job before it (priority climbs, wrapping at 100), enqueued
+        # with its key: a key set by an UPDATE after the commit would make a plain job of a
+        # claim's window a keyed one by the time the claim locks it, which no producer can do.
+        options = {"priority": -100 + n % 200, "concurrency_key": keys[n % 6]}
+        enqueue_many([("tests.noop", {}, {**options, "concurrency_limit": 2 if n % 6 < 3 else 1})])
 
     failures: list[BaseException] = []
     runs = claim_for(5.0, 8, lambda job: job.concurrency_key or "", produce=produce, failures=failures)

@@ -43,10 +43,10 @@ from django_jobqueue.models import DeadLetter, Job
 from tests.faults.chaos import Fleet
 from tests.worker_support import ROOT, WorkerProcess, database_url, first_within, run_manage
 
-# The last commit before migration 0018_mysql_indexes. Whoever adds migration 0019 sets
-# this to the last commit without 0019: `git rev-parse HEAD` before committing it, or afterwards
-# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0019_*.py)^".
-PREVIOUS_MIGRATION_STATE = "8666d150239f855bb46bcec2c50b373d064cd3a3"
+# The last commit before migration 0019_mysql_status_indexes. Whoever adds migration 0020 sets
+# this to the last commit without 0020: `git rev-parse HEAD` before committing it, or afterwards
+# git rev-parse "$(git log -n1 --format=%H -- django_jobqueue/migrations/0020_*.py)^".
+PREVIOUS_MIGRATION_STATE = "7a11d5901d815853e2743e261a5b0784814b594c"
 
 MIGRATIONS = "django_jobqueue/migrations"
 # What the old tree needs to run manage.py migrate, runworker and the producer.

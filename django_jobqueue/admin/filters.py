@@ -87,9 +87,9 @@ def ready_jobs(using: str, **conditions: Any) -> Q:
     keyed = engine_for(connections[using]).keyed_column
     if keyed:
         flag = RawSQL(keyed, [], output_field=IntegerField())
-        return Q(Exact(flag, 0), status=JobStatus.READY, **conditions) | Q(
-            Exact(flag, 1), status=JobStatus.READY, **conditions
-        )
+        # Ready by the flag alone (NULL for any other status): named beside it, ``status`` would
+        # let the optimizer weigh an index of every status against the claim indexes.
+        return Q(Exact(flag, 0), **conditions) | Q(Exact(flag, 1), **conditions)
     return Q(status=JobStatus.READY, concurrency_key__isnull=True, **conditions) | Q(
         status=JobStatus.READY, concurrency_key__isnull=False, **conditions
     )

@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from ..indexed import keyed_status
 from ..models import LIVE_STATUSES, Job, JobStatus
 from ..queue import JobChange, engine_for
 from . import dependencies
@@ -146,15 +147,11 @@ class JobAdmin(JobFieldsAdmin):
         # The live partition has no index on name and is read by a scan; the
         # keys are found apart, by their indexes, so that the scan compares a
         # row's name and id only, not every column up to the last key's.
-        by_keys = Job.objects.using(using).filter(Q(unique_key=term) | by_key).values("pk")
         if engine_for(connections[using]).reads_in_subquery_under_or:
+            by_keys = Job.objects.using(using).filter(Q(unique_key=term) | by_key).values("pk")
             found = Q(name=term) | Q(InRowsOf(F("pk"), Subquery(by_keys)))
         else:
-            # MySQL scans the table for an OR with a subquery; with ids it reads both indexes
-            # (an index merge). The list shows the newest 10,000 at most, as the count caps.
-            found = Q(name=term) | Q(
-                pk__in=list(by_keys.order_by("-pk").values_list("pk", flat=True)[:10_001])
-            )
+            found = Q(name=term) | Q(pk__in=_newest_ids_by_keys(term, using))
         job_id = parse_id(term)
         return found | Q(pk=job_id) if job_id is not None else found
 
@@ -376,3 +373,22 @@ class JobAdmin(JobFieldsAdmin):
             return HttpResponseRedirect(self.url("change", job_id))
 
         return self.row_button(request, object_id, act)
+
+
+def _newest_ids_by_keys(term: str, using: str) -> list[int]:
+    """The ids of the newest 10,000 jobs at most (as the count caps) whose unique key or live
+    concurrency key is ``term``, read where an OR with a subquery would scan the table (MySQL).
+
+    One read an index: ORed, the optimizer may weigh their merge, sorted, against
+    the primary key read backwards to the limit, which reads the whole table.
+    """
+    jobs = Job.objects.using(using)
+    parts = [
+        jobs.filter(unique_key=term),
+        keyed_status(jobs.filter(concurrency_key=term), exact=JobStatus.READY),
+        keyed_status(jobs.filter(concurrency_key=term), exact=JobStatus.RUNNING),
+    ]
+    ids: set[int] = set()
+    for part in parts:
+        ids.update(part.order_by("-pk").values_list("pk", flat=True)[:10_001])
+    return sorted(ids, reverse=True)[:10_001]

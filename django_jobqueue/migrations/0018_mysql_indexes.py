@@ -10,19 +10,16 @@ unique keys; text columns that name things compared byte for byte; and the
 one-row table whose lock is the flow lock (MySQL has no lock held to a
 transaction's end but a row's). Elsewhere it does nothing.
 
-Not atomic: MySQL commits each DDL statement as it runs. A migration cut short
-is run again from the start; a statement already done says so by its error
-(``DONE``) and is passed over.
+Not atomic: MySQL commits each DDL statement as it runs (``_mysql_ddl.py``).
 """
 
-from django.db import DatabaseError, migrations
+from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
 
+from ._mysql_ddl import run_ddl
+
 FLOW_LOCK_TABLE = "django_jobqueue_flowlock"
-# Table exists, duplicate column, duplicate key name, no such key or column to
-# drop, no such table to drop, and the flow lock's row there already.
-DONE = frozenset({1050, 1060, 1061, 1091, 1051, 1062})
 # Byte for byte and without PAD SPACE: MariaDB's name, then MySQL 8's.
 BINARY_COLLATIONS = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin")
 
@@ -132,23 +129,13 @@ def _binary_collation(schema_editor: BaseDatabaseSchemaEditor) -> str:
 def fit(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.features.supports_partial_indexes:
         return
-    _run(schema_editor, fit_statements(_binary_collation(schema_editor)))
+    run_ddl(schema_editor, fit_statements(_binary_collation(schema_editor)))
 
 
 def unfit(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.features.supports_partial_indexes:
         return
-    _run(schema_editor, unfit_statements())
-
-
-def _run(schema_editor: BaseDatabaseSchemaEditor, statements: list[str]) -> None:
-    for statement in statements:
-        try:
-            schema_editor.execute(statement)
-        except DatabaseError as error:
-            code = getattr(error.__cause__, "args", (None,))[0]
-            if code not in DONE:
-                raise
+    run_ddl(schema_editor, unfit_statements())
 
 
 class Migration(migrations.Migration):

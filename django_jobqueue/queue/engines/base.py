@@ -101,12 +101,20 @@ class Engine:
     # insert keeps a shared lock on (MySQL's duplicate check): its column and index, else "".
     live_key: str = ""
     live_key_index: str = ""
-    # SQL true for a job without a concurrency key, and with one, as the claim indexes read it.
-    # The column that tells keyed jobs from the others where the claim indexes hold it as a
-    # column of its own (MySQL's generated jq_keyed, 0 or 1), else "".
+    # SQL true for a ready job without a concurrency key, and for one with a key, as the claim
+    # indexes read them. The column that tells keyed ready jobs from the others where the claim
+    # indexes hold it as a column of its own (MySQL's generated jq_ready_keyed: 0 or 1 for a
+    # ready job, NULL for any other), else "".
     keyed_column: str = ""
-    unkeyed: str = "concurrency_key IS NULL"
-    keyed: str = "concurrency_key IS NOT NULL"
+    unkeyed: str = "status = 'ready' AND concurrency_key IS NULL"
+    keyed: str = "status = 'ready' AND concurrency_key IS NOT NULL"
+    # A column as a statement names it where the rows it reads are known to be of the kind an
+    # index serves: a keyed job's status, a batch job's status, a finished job's time. MySQL's
+    # indexes hold generated columns that are NULL outside that kind (migration 0019), which
+    # InnoDB reads through their indexes only where a statement names them.
+    keyed_status: str = "status"
+    batch_status: str = "status"
+    finished_at: str = "finished_at"
 
     # The database's current time, as the statements write it.
     now: str = ""

@@ -2,8 +2,8 @@
 
 InnoDB locks every index record a locking read scans, not only the rows it
 returns: each claim reads an index whose leading columns its ``WHERE`` fixes
-(migration 0018 adds them, with generated columns where a partial index does
-elsewhere), so that a claim locks the rows it takes and few others. A
+(migrations 0018 and 0019 add them, with generated columns where a partial
+index does elsewhere), so that a claim locks the rows it takes and few others. A
 statement that must return what it changed is a locking read of the rows'
 ids, the change by id and a read of the rows (``ops/returning.py``), in one
 transaction. A deadlock rolls back the whole transaction, not one statement.
@@ -76,11 +76,17 @@ class MySQLEngine(Engine):
     live_key = "jq_live_key"
     live_key_index = "jq_live_key_idx"
     finished_index = "jq_finished_idx"
-    # The generated column that the claim indexes hold (MariaDB reads an index of a
-    # generated column only where a statement names the column).
-    keyed_column = "jq_keyed"
-    unkeyed = "jq_keyed = 0"
-    keyed = "jq_keyed = 1"
+    # The generated columns that the status indexes hold, NULL outside the rows each index
+    # serves (migration 0019): a status change moves a row only in the indexes it enters or
+    # leaves. MariaDB reads an index of a generated column only where a statement names it,
+    # and a claim index best where ``status`` is not named beside it: the optimizer would
+    # weigh the expiry index's (status, …) against it on statistics.
+    keyed_column = "jq_ready_keyed"
+    unkeyed = "jq_ready_keyed = 0"
+    keyed = "jq_ready_keyed = 1"
+    keyed_status = "jq_key_status"
+    batch_status = "jq_batch_status"
+    finished_at = "jq_finished_at"
     # ``moment_plus``: a claim by id sets its deadline from the moment its pick read (``ops/picks.py``).
     moment_plus_template = "({moment} + INTERVAL ROUND(({seconds}) * 1000000) MICROSECOND)"
     now_plus_template = moment_plus_template.replace("{moment}", "UTC_TIMESTAMP(6)")

@@ -41,6 +41,7 @@ from django.db import transaction
 
 from ...models import Batch, BatchCount
 from ..conflicts import run_retrying
+from ..engines import Engine
 from .enqueue import insert_jobs
 from .returning import delete_returning, update_returning
 from .tables import (
@@ -67,9 +68,13 @@ PENDING_OUTCOMES = (
 COUNT_KEYS = ("batch_id", "done", "failed", "cancelled")
 # Unfinished batches a repair pass looks at, at most.
 REPAIR_BATCH = 100
-# A live job of the outer statement's batch row (the jobqueue_batch_idx index).
-# A job of the batch not finished yet: live, or waiting on a dependency.
-LIVE_JOB = f"SELECT 1 FROM {JOB} WHERE {JOB}.batch_id = {BATCH}.id AND {JOB}.status IN {UNFINISHED}"
+
+
+def live_job(engine: Engine) -> str:
+    """A job of the outer statement's batch row not finished yet: live, or waiting on a dependency
+    (one probe of the jobqueue_batch_idx index)."""
+    unfinished = f"{JOB}.{engine.batch_status} IN {UNFINISHED}"
+    return f"SELECT 1 FROM {JOB} WHERE {JOB}.batch_id = {BATCH}.id AND {unfinished}"
 
 
 class Counts(NamedTuple):
@@ -255,7 +260,8 @@ def finish_batches(using: str) -> list[int]:
     """
     cursor, engine = cursor_and_engine(using)
     cursor.execute(
-        f"SELECT id FROM {BATCH} WHERE finished_at IS NULL AND NOT EXISTS ({LIVE_JOB}) ORDER BY id LIMIT %s",
+        f"SELECT id FROM {BATCH} WHERE finished_at IS NULL AND NOT EXISTS ({live_job(engine)}) "
+        "ORDER BY id LIMIT %s",
         [REPAIR_BATCH],
     )
     candidates = [row[0] for row in cursor.fetchall()]
@@ -286,7 +292,7 @@ def _fire_finished(using: str, batch_ids: Sequence[int]) -> list[int]:
     cursor.execute(
         f"SELECT id, on_finish, payload, callback_options, done, failed, cancelled FROM {BATCH} "
         f"WHERE id IN ({marks(batch_ids)}) AND finished_at IS NULL "
-        f"AND NOT EXISTS ({LIVE_JOB}) ORDER BY id",
+        f"AND NOT EXISTS ({live_job(engine)}) ORDER BY id",
         list(batch_ids),
     )
     finished: list[int] = []

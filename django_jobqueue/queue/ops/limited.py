@@ -180,7 +180,7 @@ def _running_keys(engine: Engine) -> str:
         )
     return (
         "running_keys AS (SELECT window_keys.concurrency_key, "
-        f"(SELECT COUNT(*) FROM {jobs} WHERE status = 'running' "
+        f"(SELECT COUNT(*) FROM {jobs} WHERE {engine.keyed_status} = 'running' "
         "AND concurrency_key = window_keys.concurrency_key "
         f"AND locked_until > {engine.now}) AS running "
         "FROM (SELECT DISTINCT concurrency_key FROM keyed) AS window_keys), "
@@ -209,24 +209,28 @@ def _keyed_candidates(
 ) -> None:
     """The CTE ``keyed``: the window of due keyed jobs, or the heads of the keys a walk visits."""
     jobs = live_jobs(engine)
-    due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
+    due = f"{engine.keyed_status} = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
     scope, scope_params = _queue_scope(queue_limits)
     size = window_size(limit)
     if not flow.walk_next:
+        # The claim index of keyed jobs, read in its order to the window's end (MySQL's
+        # jq_claim_any_idx with jq_ready_keyed = 1; a partial index elsewhere).
+        window = f"{engine.keyed} AND run_at <= {engine.now}"
         pick.ctes.append(
-            f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE {due} AND {scope} ORDER BY {_ORDER} "
-            f"LIMIT {int(size)})"
+            f"keyed AS (SELECT {_CANDIDATE} FROM {jobs} WHERE {window} AND {scope} "
+            f"ORDER BY {engine.claim_order} LIMIT {int(size)})"
         )
         pick.params += scope_params
         return
     # Keys in key order after the last one visited: one probe of jobqueue_key_ready_idx each.
     next_key = (
-        f"(SELECT concurrency_key FROM {jobs} WHERE status = 'ready' AND concurrency_key IS NOT NULL "
+        f"(SELECT concurrency_key FROM {jobs} WHERE {engine.keyed_status} = 'ready' "
+        "AND concurrency_key IS NOT NULL "
         "AND concurrency_key > {after} ORDER BY concurrency_key LIMIT 1)"
     )
     head = (
         f"(SELECT id FROM {jobs} WHERE {due} AND concurrency_key = walk.walked AND {scope} "
-        f"ORDER BY {_ORDER} LIMIT 1)"
+        f"ORDER BY {engine.claim_order} LIMIT 1)"
     )
     pick.recursive = True
     pick.ctes.append(

@@ -36,7 +36,14 @@ def unkeyed_due(engine: Engine, ranks: Sequence[int]) -> str:
     """
     listed = ", ".join(str(int(rank)) for rank in ranks) or "NULL"
     in_ranks = f"{engine.claim_rank} IN ({listed})"
-    return f"status = 'ready' AND {engine.unkeyed} AND {in_ranks} AND run_at <= {engine.now}"
+    return f"{engine.unkeyed} AND {in_ranks} AND run_at <= {engine.now} AND {PLAIN_READY_ROW}"
+
+
+# The pick's guard as the row itself says it, beside the generated column the index reads by
+# (``Engine.unkeyed``): a locking read takes the row's newest version, which a generated
+# column's index entry read before the lock may no longer match (InnoDB's SKIP LOCKED
+# read of a secondary index): a job claimed, or given a key, since.
+PLAIN_READY_ROW = "status = 'ready' AND concurrency_key IS NULL"
 
 
 # How many ranks of each queue ``ranks_of`` reads in one statement; a queue that has as many
@@ -91,7 +98,7 @@ def ranks_in_use(cursor: Any, engine: Engine, queue: str | None) -> list[int]:
 
 def _rank_probe(engine: Engine, queue: str | None) -> tuple[str, str, list[Any]]:
     """The claim index's hint, and the WHERE (with its parameters) of the ready plain jobs of ``queue``."""
-    where = f"status = 'ready' AND {engine.unkeyed}"
+    where = engine.unkeyed
     if queue is None:
         return engine.any_queue_claim_hint, where, []
     return engine.queue_claim_hint, f"{where} AND queue = %s", [queue]
@@ -198,7 +205,7 @@ _TASK_BACKEND, _WORKER_IDS = JOB_COLUMNS.index("task_backend"), JOB_COLUMNS.inde
 def keyed_probe(engine: Engine, queue_limits: Sequence[tuple[str, int]] | None) -> tuple[str, list[Any]]:
     """SQL true while a due job with a key waits in the claimer's queues (one index probe)."""
     jobs = live_jobs(engine)
-    due = f"status = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
+    due = f"{engine.keyed_status} = 'ready' AND concurrency_key IS NOT NULL AND run_at <= {engine.now}"
     if queue_limits is None:
         return f"EXISTS (SELECT 1 FROM {jobs} WHERE {due})", []
     queues = [queue for queue, _share in queue_limits]

@@ -188,7 +188,7 @@ def prune(using: str, older_than: float, batch: int = 5000) -> int:
     still finished, a later prune deletes it.
     """
     cursor, engine = cursor_and_engine(using)
-    finished = f"status IN ('done', 'cancelled') AND finished_at < {engine.now_minus('%s')}"
+    finished = f"status IN ('done', 'cancelled') AND {engine.finished_at} < {engine.now_minus('%s')}"
     # PostgreSQL re-checks a row changed meanwhile against the outer WHERE
     # only, never the subquery's: SKIP LOCKED passes over a row that another
     # transaction holds, and the guard repeated outside keeps a row made live
