@@ -25,13 +25,14 @@ from .exceptions import (
 
 if TYPE_CHECKING:
     from .decorators import job
-    from .enqueueing import enqueue, enqueue_many
+    from .enqueueing import aenqueue, enqueue, enqueue_many
     from .queue import QueueClient, batch
     from .worker.run.context import JobContext
 
 _LAZY = {
     "job": "django_jobqueue.decorators",
     "batch": "django_jobqueue.queue",
+    "aenqueue": "django_jobqueue.enqueueing",
     "enqueue": "django_jobqueue.enqueueing",
     "enqueue_many": "django_jobqueue.enqueueing",
     "QueueClient": "django_jobqueue.queue",
@@ -50,6 +51,7 @@ __all__ = [
     "QueueClient",
     "Retry",
     "UnknownJobError",
+    "aenqueue",
     "batch",
     "enqueue",
     "enqueue_many",

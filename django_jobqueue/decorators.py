@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, overload
 
+from asgiref.sync import sync_to_async
+
 from . import registry
 from .exceptions import Retry
 from .models import Job
@@ -39,6 +41,10 @@ class JobFunction:
     def enqueue(self, **payload: Any) -> Job:
         """Enqueue a run of this job with ``payload`` as its keyword arguments."""
         return BoundJob(self.name).enqueue(**payload)
+
+    async def aenqueue(self, **payload: Any) -> Job:
+        """``enqueue`` from async code, as ``django_jobqueue.aenqueue`` runs it."""
+        return await BoundJob(self.name).aenqueue(**payload)
 
     def using(
         self,
@@ -85,6 +91,10 @@ class BoundJob:
     def enqueue(self, **payload: Any) -> Job:
         """Enqueue one job of this name, with these options and ``payload`` as its keyword arguments."""
         return QueueClient(self.database).push(self.name, payload, **self.options)
+
+    async def aenqueue(self, **payload: Any) -> Job:
+        """``enqueue`` from async code, as ``django_jobqueue.aenqueue`` runs it."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(**payload)
 
 
 @overload

@@ -1,7 +1,8 @@
 """``enqueue`` and ``enqueue_many``: ordinary inserts on the caller's connection.
 
 Inside ``transaction.atomic()`` a job exists if and only if the transaction
-commits: no ``on_commit`` hook, no second connection.
+commits: no ``on_commit`` hook, no second connection. ``aenqueue`` is
+``enqueue`` for async code, run as Django's async ORM runs its queries.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
+
+from asgiref.sync import sync_to_async
 
 from .models import Job
 from .queue import QueueClient
@@ -59,6 +62,49 @@ def enqueue(
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
         depends_on=depends_on,
+    )
+
+
+async def aenqueue(
+    name: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    delay: timedelta | float | None = None,
+    unique_key: str | None = None,
+    max_attempts: int | None = None,
+    timeout: timedelta | float | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
+    depends_on: Iterable[Any] | None = None,
+    using: str | None = None,
+) -> Job:
+    """``enqueue`` from async code (an async view, a coroutine job): the same options and errors.
+
+    It runs ``enqueue`` as Django's async ORM runs a query (``acreate``,
+    ``aget``): in the thread where the request's synchronous code runs
+    (``sync_to_async``, thread-sensitive), on that thread's connection. Outside
+    a transaction the job is committed when this returns. Django has no
+    ``transaction.atomic`` for async code: to enqueue in the transaction of
+    your own rows, write the transaction as a synchronous function that calls
+    ``enqueue`` and ``await sync_to_async(that_function)()`` (docs/enqueueing.md).
+    """
+    return await sync_to_async(enqueue, thread_sensitive=True)(
+        name,
+        payload,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        unique_key=unique_key,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
+        depends_on=depends_on,
+        using=using,
     )
 
 
