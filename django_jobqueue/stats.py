@@ -21,7 +21,7 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 
 from .conf import jobqueue_settings
-from .indexed import finished_at, keyed_status
+from .indexed import finished_at, keyed_status, ready_half
 from .models import DeadLetter, Job, JobStatus, Worker
 from .queue import WORKER_STALE_AFTER, QueueClient, engine_for
 from .queue.flow import QueueLimits, configured_limits
@@ -297,15 +297,12 @@ def _ready_by_queue(jobs: models.QuerySet[Job], now: datetime) -> list[dict[str,
 
     One query for each half, each in the partial index of its half; a query
     over every ready job at once would match neither and scan the table. Each
-    half is said as the claim indexes hold it (``Engine.unkeyed``): on MySQL,
-    a generated column, which InnoDB reads through its index only when named.
+    half is said as the claim indexes hold it (``indexed.ready_half``).
     """
-    engine = engine_for(connections[jobs.db])
     rows: list[dict[str, Any]] = []
-    for half_sql in (engine.unkeyed, engine.keyed):
+    for keyed in (False, True):
         half = (
-            # extra(), not a boolean RawSQL: MySQL's would be compared with 1, which no index serves.
-            jobs.extra(where=[half_sql])
+            jobs.filter(ready_half(jobs.db, keyed))
             .values("queue")
             .annotate(
                 due=Count("pk", filter=Q(run_at__lte=now)),

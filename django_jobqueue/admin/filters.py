@@ -10,16 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import connections
-from django.db.models import IntegerField, Model, Q, QuerySet
-from django.db.models.expressions import RawSQL
+from django.db.models import Model, Q, QuerySet
 from django.db.models.functions import Now
-from django.db.models.lookups import Exact
 from django.http import HttpRequest
 
 from ..column_values import distinct_values
+from ..indexed import ready_jobs
 from ..models import JobStatus
-from ..queue import engine_for
 from ..queue.validation import check_name, check_queue
 from .base import parse_id
 from .display import read_batch
@@ -72,27 +69,6 @@ class StatusFilter(CheckedFilter):
                 ready_jobs(queryset.db, run_at__lte=Now()) | ready_jobs(queryset.db, run_at__gt=Now())
             )
         return queryset.filter(status=value)
-
-
-def ready_jobs(using: str, **conditions: Any) -> Q:
-    """Ready jobs on database ``using`` that match ``conditions``, as the two halves the claim's
-    indexes hold.
-
-    Jobs without a concurrency key and jobs with one are in different partial
-    indexes; each side of the OR states its half whole, so that the database
-    reads each through its index and adds them, instead of scanning the table.
-    On MySQL the halves are told apart by the generated column the claim
-    indexes hold, which InnoDB reads through its index only where it is named.
-    """
-    keyed = engine_for(connections[using]).keyed_column
-    if keyed:
-        flag = RawSQL(keyed, [], output_field=IntegerField())
-        # Ready by the flag alone (NULL for any other status): named beside it, ``status`` would
-        # let the optimizer weigh an index of every status against the claim indexes.
-        return Q(Exact(flag, 0), **conditions) | Q(Exact(flag, 1), **conditions)
-    return Q(status=JobStatus.READY, concurrency_key__isnull=True, **conditions) | Q(
-        status=JobStatus.READY, concurrency_key__isnull=False, **conditions
-    )
 
 
 class ValueFilter(CheckedFilter):
