@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from . import ours, raw, raw_mysql
+from . import mysql_ceiling, ours, raw, raw_mysql
 from .worker import drain, worker_env
 
 Samples = dict[str, list[float]]
@@ -38,6 +38,8 @@ def measure(cfg: dict[str, Any], url: str) -> Samples:
             raw_rate, our_rate = batch_inserts_interleaved(url, cfg["many_jobs"])
             samples["raw_copy"].append(raw_rate)
             samples["enqueue_many"].append(our_rate)
+            samples["job_table_insert"].append(mysql_ceiling.insert_many(url, cfg["many_jobs"]))
+            samples["job_table_claim_ack_100"].append(mysql_ceiling.claim_and_ack(url, n_drain))
             for batch in (1, 10):
                 samples[f"raw_claim_ack_{batch}"].append(raw_mysql.claim_and_ack(url, n_drain, batch))
             for concurrency in cfg["mysql_concurrencies"]:

@@ -428,6 +428,24 @@ def mysql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
         _delete_on_ack_row(best),
         Row("drain, defaults (10 threads) vs raw batch 100", "drain_defaults", "raw_claim_ack_100", "/s"),
     ]
+    # What the job table's own indexes allow (bench/mysql_ceiling.py): the baseline's statements there.
+    rows += [
+        Row(label, ours, baseline, "/s")
+        for label, ours, baseline in (
+            ("raw multi-row INSERTs into the job table vs the baseline's", "job_table_insert", "raw_copy"),
+            ("enqueue_many() vs those INSERTs into the job table", "enqueue_many", "job_table_insert"),
+            (
+                "raw claim + ack, batch 100, on the job table vs the baseline's",
+                "job_table_claim_ack_100",
+                "raw_claim_ack_100",
+            ),
+            (
+                f"best drain (--concurrency {best}) vs that on the job table",
+                "drain_best",
+                "job_table_claim_ack_100",
+            ),
+        )
+    ]
     for concurrency in concurrencies:
         label = f"drain, --concurrency {concurrency} vs raw batch 100 just before"
         rows.append(Row(label, f"drain_c{concurrency}", f"raw_claim_ack_100_c{concurrency}", "/s"))
