@@ -39,7 +39,7 @@ from django_jobqueue.queue.schedules import ScheduleBook  # noqa: E402
 
 from . import ours  # noqa: E402
 from .databases import create_database  # noqa: E402
-from .part import percentile  # noqa: E402
+from .raw import percentile  # noqa: E402
 from .worker import LongRunningWorker, worker_env  # noqa: E402
 
 TICK = 1 / os.sysconf("SC_CLK_TCK")
