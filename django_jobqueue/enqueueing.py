@@ -65,23 +65,8 @@ def enqueue(
     )
 
 
-async def aenqueue(
-    name: str,
-    payload: Mapping[str, Any] | None = None,
-    *,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    delay: timedelta | float | None = None,
-    unique_key: str | None = None,
-    max_attempts: int | None = None,
-    timeout: timedelta | float | None = None,
-    concurrency_key: str | None = None,
-    concurrency_limit: int | None = None,
-    depends_on: Iterable[Any] | None = None,
-    using: str | None = None,
-) -> Job:
-    """``enqueue`` from async code (an async view, a coroutine job): the same options and errors.
+async def aenqueue(name: str, payload: Mapping[str, Any] | None = None, **options: Any) -> Job:
+    """``enqueue`` from async code (an async view, a coroutine job): its options, checks and errors.
 
     It runs ``enqueue`` as Django's async ORM runs a query (``acreate``,
     ``aget``): in the thread where the request's synchronous code runs
@@ -91,21 +76,9 @@ async def aenqueue(
     your own rows, write the transaction as a synchronous function that calls
     ``enqueue`` and ``await sync_to_async(that_function)()`` (docs/enqueueing.md).
     """
-    return await sync_to_async(enqueue, thread_sensitive=True)(
-        name,
-        payload,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        delay=delay,
-        unique_key=unique_key,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        concurrency_key=concurrency_key,
-        concurrency_limit=concurrency_limit,
-        depends_on=depends_on,
-        using=using,
-    )
+    # The options passed on as they are, as acreate(**kwargs) does: enqueue checks them, and
+    # an option it gains is one aenqueue has.
+    return await sync_to_async(enqueue, thread_sensitive=True)(name, payload, **options)
 
 
 def enqueue_many(

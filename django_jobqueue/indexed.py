@@ -23,24 +23,25 @@ from .queue import engine_for
 def finished_at(jobs: models.QuerySet[Job], **lookups: Any) -> models.QuerySet[Job]:
     """Done or cancelled ``jobs`` whose ``finished_at`` meets ``lookups``, named as the finished index
     holds it (``Engine.finished_at``)."""
-    return _as_indexed(jobs, "finished_at", DateTimeField(), lookups)
+    return _as_indexed(jobs, "finished_at", "finished_at", DateTimeField(), lookups)
 
 
 def keyed_status(jobs: models.QuerySet[Job], **lookups: Any) -> models.QuerySet[Job]:
     """Keyed ``jobs`` whose ``status`` meets ``lookups``, named as the index of keyed jobs holds it
     (``Engine.keyed_status``)."""
-    return _as_indexed(jobs, "status", CharField(), lookups, engine_column="keyed_status")
+    return _as_indexed(jobs, "keyed_status", "status", CharField(), lookups)
 
 
 def _as_indexed(
     jobs: models.QuerySet[Job],
+    attribute: str,
     field: str,
     output: models.Field[Any, Any],
     lookups: dict[str, Any],
-    engine_column: str | None = None,
 ) -> models.QuerySet[Job]:
+    """``jobs`` filtered by ``lookups`` of ``field``, named as the engine's ``attribute`` says."""
     # MySQL reads an index of a generated column only where a statement names the column.
-    column = getattr(engine_for(connections[jobs.db]), engine_column or field)
+    column = getattr(engine_for(connections[jobs.db]), attribute)
     if column == field:
         return jobs.filter(**{f"{field}__{lookup}": value for lookup, value in lookups.items()})
     named = jobs.alias(indexed_column=RawSQL(column, [], output_field=output))

@@ -30,6 +30,8 @@ def test_aenqueue_refuses_what_enqueue_refuses_and_writes_nothing() -> None:
         async_to_sync(aenqueue)("tests.ping", {"when": object()})
     with pytest.raises(ValueError, match="concurrency_limit"):
         async_to_sync(aenqueue)("tests.ping", {}, concurrency_limit=2)
+    with pytest.raises(TypeError, match="no_such_option"):
+        async_to_sync(aenqueue)("tests.ping", {}, no_such_option=1)
     assert not Job.objects.exists()
 
 

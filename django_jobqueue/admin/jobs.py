@@ -141,13 +141,13 @@ class JobAdmin(JobFieldsAdmin):
         # A concurrency key is looked up in the claim's partial indexes on it,
         # which hold ready and running jobs only: a key match over every status
         # has no index, and in an OR it would turn each search into a scan.
-        by_key = Q(concurrency_key=term, status=JobStatus.READY) | Q(
-            concurrency_key=term, status=JobStatus.RUNNING
-        )
         # The live partition has no index on name and is read by a scan; the
         # keys are found apart, by their indexes, so that the scan compares a
         # row's name and id only, not every column up to the last key's.
         if engine_for(connections[using]).reads_in_subquery_under_or:
+            by_key = Q(concurrency_key=term, status=JobStatus.READY) | Q(
+                concurrency_key=term, status=JobStatus.RUNNING
+            )
             by_keys = Job.objects.using(using).filter(Q(unique_key=term) | by_key).values("pk")
             found = Q(name=term) | Q(InRowsOf(F("pk"), Subquery(by_keys)))
         else:
