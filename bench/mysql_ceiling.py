@@ -12,9 +12,8 @@ could reach, against which ours is read as well as against the baseline.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from .raw_mysql import connect
+from .raw_mysql import claim_and_ack_rate, connect, insert_rows
 
 JOB = "django_jobqueue_job"
 # The columns without a default, and a ready no-op job's values for them.
@@ -28,6 +27,17 @@ _PICK = (
     f"SELECT id FROM {JOB} FORCE INDEX (jq_claim_idx) WHERE jq_ready_keyed = 0 AND queue = 'default' "
     "AND jq_rank IN (0) AND run_at <= UTC_TIMESTAMP(6) AND status = 'ready' AND concurrency_key IS NULL "
     "ORDER BY jq_rank, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+# The claim and the ack by id, as the worker's round writes them.
+_CLAIM = (
+    f"UPDATE {JOB} FORCE INDEX (PRIMARY) SET status = 'running', locked_by = 'raw', "
+    "attempts = attempts + 1, claim_token = claim_token + 1, "
+    "locked_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, "
+    "started_at = UTC_TIMESTAMP(6), last_attempted_at = UTC_TIMESTAMP(6) WHERE id IN ({ids})"
+)
+_ACK = (
+    f"UPDATE {JOB} FORCE INDEX (PRIMARY) SET status = 'done', locked_by = NULL, locked_until = NULL, "
+    "finished_at = UTC_TIMESTAMP(6), result = 'null' WHERE id IN ({ids}) AND locked_by = 'raw'"
 )
 
 
@@ -44,7 +54,7 @@ def insert_many(url: str, count: int, rows_per_statement: int = 500) -> float:
     conn = connect(url)
     started = time.perf_counter()
     conn.begin()
-    _insert(conn.cursor(), count, rows_per_statement)
+    insert_rows(conn.cursor(), JOB, _COLUMNS, _ROW, count, rows_per_statement)
     conn.commit()
     rate = count / (time.perf_counter() - started)
     conn.close()
@@ -57,39 +67,8 @@ def claim_and_ack(url: str, count: int, batch: int = 100) -> float:
     them done (the queue's default ack), ``count`` in all."""
     _empty(url)
     conn = connect(url)
-    _insert(conn.cursor(), count)
-    cursor = conn.cursor()
-    cursor.execute(f"ANALYZE TABLE {JOB}")
-    cursor.fetchall()
-    done = 0
-    started = time.perf_counter()
-    while done < count:
-        conn.begin()
-        cursor.execute(_PICK, [batch])
-        ids = ", ".join(str(row[0]) for row in cursor.fetchall())
-        if not ids:
-            conn.commit()
-            break
-        cursor.execute(
-            f"UPDATE {JOB} FORCE INDEX (PRIMARY) SET status = 'running', locked_by = 'raw', "
-            "attempts = attempts + 1, claim_token = claim_token + 1, "
-            "locked_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, "
-            f"started_at = UTC_TIMESTAMP(6), last_attempted_at = UTC_TIMESTAMP(6) WHERE id IN ({ids})"
-        )
-        conn.commit()
-        cursor.execute(
-            f"UPDATE {JOB} FORCE INDEX (PRIMARY) SET status = 'done', locked_by = NULL, locked_until = NULL, "
-            f"finished_at = UTC_TIMESTAMP(6), result = 'null' WHERE id IN ({ids}) AND locked_by = 'raw'"
-        )
-        done += ids.count(",") + 1
-    rate = done / (time.perf_counter() - started)
+    insert_rows(conn.cursor(), JOB, _COLUMNS, _ROW, count)
+    rate = claim_and_ack_rate(conn, JOB, _PICK, _CLAIM, _ACK, count, batch)
     conn.close()
     _empty(url)
     return rate
-
-
-def _insert(cursor: Any, count: int, rows_per_statement: int = 500) -> None:
-    for start in range(0, count, rows_per_statement):
-        chunk = range(start, min(count, start + rows_per_statement))
-        values = ", ".join([_ROW] * len(chunk))
-        cursor.execute(f"INSERT INTO {JOB} ({_COLUMNS}) VALUES {values}", [f'{{"i": {i}}}' for i in chunk])

@@ -77,17 +77,24 @@ def insert_many(url: str, count: int, rows_per_statement: int = 500) -> float:
     """Jobs/s for ``count`` jobs inserted by multi-row INSERTs in one transaction."""
     reset(url)
     conn = connect(url)
-    cursor = conn.cursor()
     started = time.perf_counter()
     conn.begin()
-    for start in range(0, count, rows_per_statement):
-        chunk = range(start, min(count, start + rows_per_statement))
-        values = ", ".join(["(%s)"] * len(chunk))
-        cursor.execute(f"INSERT INTO {TABLE} (payload) VALUES {values}", [f'{{"i": {i}}}' for i in chunk])
+    insert_rows(conn.cursor(), TABLE, "payload", "(%s)", count, rows_per_statement)
     conn.commit()
     rate = count / (time.perf_counter() - started)
     conn.close()
     return rate
+
+
+def insert_rows(
+    cursor: Any, table: str, columns: str, row: str, count: int, rows_per_statement: int = 500
+) -> None:
+    """Insert ``count`` rows of ``row`` (SQL whose one parameter is a small JSON payload) into
+    ``table``'s ``columns``, ``rows_per_statement`` an INSERT."""
+    for start in range(0, count, rows_per_statement):
+        chunk = range(start, min(count, start + rows_per_statement))
+        values = ", ".join([row] * len(chunk))
+        cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", [f'{{"i": {i}}}' for i in chunk])
 
 
 def fill(url: str, count: int) -> None:
@@ -98,30 +105,44 @@ def claim_and_ack(url: str, count: int, batch: int) -> float:
     """Jobs/s of one connection claiming ``batch`` jobs a transaction and deleting them, ``count`` in all."""
     fill(url, count)
     conn = connect(url)
+    rate = claim_and_ack_rate(
+        conn,
+        TABLE,
+        PICK,
+        f"UPDATE {TABLE} SET status = 'running', locked_by = 'raw', claim_token = claim_token + 1, "
+        "locked_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND WHERE id IN ({ids})",
+        f"DELETE FROM {TABLE} WHERE id IN ({{ids}}) AND locked_by = 'raw'",
+        count,
+        batch,
+    )
+    conn.close()
+    return rate
+
+
+def claim_and_ack_rate(
+    conn: Any, table: str, pick: str, claim: str, ack: str, count: int, batch: int
+) -> float:
+    """Jobs/s of ``conn`` taking ``batch`` jobs of ``table`` a transaction until ``count`` are done:
+    ``pick`` (its parameter the batch) locks them, ``claim`` changes them and commits, then
+    ``ack`` finishes them. ``claim`` and ``ack`` name the picked ids as ``{ids}``."""
     cursor = conn.cursor()
-    cursor.execute(f"ANALYZE TABLE {TABLE}")
+    cursor.execute(f"ANALYZE TABLE {table}")
     cursor.fetchall()
     done = 0
     started = time.perf_counter()
     while done < count:
         conn.begin()
-        cursor.execute(PICK, [batch])
+        cursor.execute(pick, [batch])
         ids = [row[0] for row in cursor.fetchall()]
         if not ids:
             conn.commit()
             break
         marks = ", ".join(["%s"] * len(ids))
-        cursor.execute(
-            f"UPDATE {TABLE} SET status = 'running', locked_by = 'raw', claim_token = claim_token + 1, "
-            f"locked_until = UTC_TIMESTAMP(6) + INTERVAL 30 SECOND WHERE id IN ({marks})",
-            ids,
-        )
+        cursor.execute(claim.format(ids=marks), ids)
         conn.commit()
-        cursor.execute(f"DELETE FROM {TABLE} WHERE id IN ({marks}) AND locked_by = 'raw'", ids)
+        cursor.execute(ack.format(ids=marks), ids)
         done += len(ids)
-    rate = done / (time.perf_counter() - started)
-    conn.close()
-    return rate
+    return done / (time.perf_counter() - started)
 
 
 def drop(url: str) -> None:
