@@ -22,17 +22,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.db import connections
 
 from ...models import Job
-from ..outage import DATABASE_ERRORS
 from ..run.executor import Runner
 from ..run.outcomes import Outcome
-from .autoscale import SlotPolicy
 from .handoff import HandOff
+from .resizing import Resizing
 
 if TYPE_CHECKING:
     from .base import PoolParts
@@ -40,13 +39,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Slots:
+class Slots(Resizing):
     """A pool's slots: their hand-off queue, their threads and their number."""
 
     def __init__(self, parts: PoolParts) -> None:
-        config = parts.config
-        self.config = config
-        self.client = parts.client
+        super().__init__(parts)
         self.executor = parts.executor
         self.running = parts.running
         self.wake = parts.wake
@@ -54,24 +51,6 @@ class Slots:
         # A job for any idle slot, or None: the slot that takes it exits (retired, or stopping).
         self._handoff: HandOff[Job] = HandOff()
         self._threads: dict[int, threading.Thread] = {}  # every slot started, by number; never reused
-        self._count = config.concurrency  # the slots claims are made for; retiring ones left out
-        self._policy: SlotPolicy | None = None
-        if not config.slot_range.fixed:
-            self._policy = SlotPolicy(
-                config.slot_range, config.resize_interval, config.shrink_after, time.monotonic()
-            )
-        self._row_slots = config.concurrency  # what the worker row says, for the admin
-        self.on_resize: Callable[[int], None] | None = None
-
-    @property
-    def count(self) -> int:
-        """The slots the worker runs now: ``--concurrency``, or within its MIN:MAX."""
-        return self._count
-
-    @property
-    def capacity(self) -> int:
-        """The jobs the worker claims for: one per slot."""
-        return self._count
 
     # -- what a pool does with its slots -----------------------------------------
 
@@ -133,51 +112,7 @@ class Slots:
         if outcome is not Outcome.PENDING and self.running.remove(job):
             self.wake()
 
-    # -- autoscaling (--concurrency MIN:MAX) -------------------------------------
-
-    def resize(self, held: int) -> None:
-        """Grow or shrink the slots as the policy says, log it, and tell the worker row.
-
-        Does nothing for a fixed ``--concurrency``.
-        """
-        if self._policy is None:
-            return
-        now = time.monotonic()
-        before = self._count
-        target = self._policy.decide(now, held)
-        why = ""
-        if target > before:
-            self._grow(target)
-            why = "due jobs were waiting"
-        elif target < before:
-            self._shrink(target)
-            why = f"slots unneeded for {self.config.shrink_after:g}s"
-        if self._count != target:
-            self._policy.resized(self._count, now)
-        if self._count != before:
-            logger.info(
-                "worker %s: %s -> %s slots (%s; range %s)",
-                self.config.worker_id,
-                before,
-                self._count,
-                why,
-                self.config.slot_range,
-            )
-        self._record_slots()
-        if self.on_resize is not None:
-            self.on_resize(self._count)
-
-    def claimed(self, filled_every_slot: bool) -> None:
-        """Tell the policy what a round that had free slots found (see ``SlotPolicy.claimed``)."""
-        if self._policy is not None:
-            self._policy.claimed(filled_every_slot)
-
-    def growth_due(self) -> float | None:
-        """Seconds the loop may sleep before a waiting backlog can grow the slots; None: a poll interval."""
-        if self._policy is None:
-            return None
-        wait = self._policy.seconds_to_growth(time.monotonic())
-        return None if wait is None else min(wait, self.config.poll_interval)
+    # -- autoscaling (--concurrency MIN:MAX: resizing.py decides) ---------------
 
     def _grow(self, target: int) -> None:
         """Start slots up to ``target``; fewer if one cannot start."""
@@ -194,19 +129,6 @@ class Slots:
         for _ in range(self._count - target):
             self._handoff.put(None)
         self._count = target
-
-    def _record_slots(self) -> None:
-        """Write the slot count on the worker row if it changed; a failed write is tried next round."""
-        count = self._count
-        if count == self._row_slots:
-            return
-        try:
-            self.client.resize_worker(self.config.worker_id, count)
-        except DATABASE_ERRORS as exc:
-            logger.debug("worker %s: could not record %s slots yet: %s", self.config.worker_id, count, exc)
-            return
-        # A row pruned meanwhile is written again, with this count, when the heartbeat registers again.
-        self._row_slots = count
 
     # -- stopping --------------------------------------------------------------
 
