@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 
 from . import registry
 from .exceptions import Retry
@@ -152,7 +152,8 @@ def job(
     writes to that database and its completion happen together or not at all
     (docs/workflows.md). Raise ``ValueError`` for a bad option or a name taken
     by another function, ``TypeError`` for a ``fail_on`` that is not exception
-    classes or an ``atomic`` that is not a bool.
+    classes, an ``atomic`` that is not a bool, or ``atomic=True`` on an
+    ``async def`` function (Django has no transactions in async code).
 
     ``cron`` (five fields, in ``TIME_ZONE``) or ``every`` (seconds) also
     declares a schedule named after the job, with an empty payload; the
@@ -165,6 +166,12 @@ def job(
     schedule = {"cron": cron} if cron is not None else {"every": every} if every is not None else None
 
     def decorate(function: Callable[..., Any]) -> JobFunction:
+        if atomic and iscoroutinefunction(function):
+            raise TypeError(
+                f"@job(atomic=True) cannot be used on the coroutine function {function.__qualname__}: "
+                "Django runs no transaction across awaits. Write the transaction as a plain function "
+                "and await it with sync_to_async (docs/enqueueing.md), or make the job a plain function"
+            )
         spec = registry.JobSpec(
             name=check_name(name or f"{function.__module__}.{function.__qualname__}"),
             func=function,

@@ -20,7 +20,7 @@ from ...queue.validation import check_poll_interval, check_visibility_timeout, c
 from ...schedules import ScheduleError, declared_schedules
 from ...worker.config import WorkerConfig, default_worker_id
 from ...worker.console import LOG_FORMATS, console_logging
-from ...worker.pools import DEFAULT_THREADS, POOLS, default_concurrency
+from ...worker.pools import DEFAULT_TASKS, DEFAULT_THREADS, POOLS, default_concurrency
 from ...worker.pools.autoscale import DEFAULT_RESIZE_INTERVAL, DEFAULT_SHRINK_AFTER, SlotRange
 from ...worker.pools.processes.children import ChildLimits
 from ...worker.run.executor import DEFAULT_CANCEL_GRACE
@@ -76,10 +76,10 @@ class Command(BaseCommand):
             type=concurrency,
             default=None,
             metavar="N|MIN:MAX",
-            help=f"Jobs run at once, each in a slot (1 to {MAX_CONCURRENCY}; default {DEFAULT_THREADS}, or "
-            "with --pool processes one per CPU). MIN:MAX starts MIN slots, "
-            "adds slots while due jobs wait, up to MAX, and retires slots that were not needed for "
-            "--shrink-after seconds, down to MIN.",
+            help=f"Jobs run at once, each in a slot (1 to {MAX_CONCURRENCY}; default {DEFAULT_THREADS}, "
+            f"with --pool processes one per CPU, with --pool asyncio {DEFAULT_TASKS}). "
+            "MIN:MAX starts MIN slots, adds slots while due jobs wait, up to MAX, and retires slots "
+            "that were not needed for --shrink-after seconds, down to MIN.",
         )
         parser.add_argument(
             "--resize-interval",
@@ -134,9 +134,10 @@ class Command(BaseCommand):
             "--pool",
             choices=POOLS,
             default="threads",
-            help="Run each slot's jobs in a thread of this process (threads, the default) or in a child "
+            help="Run each slot's jobs in a thread of this process (threads, the default), in a child "
             "process of its own (processes: CPU-bound jobs use every core, and a job that must be "
-            "stopped by force is killed).",
+            "stopped by force is killed), or as tasks of one event loop (asyncio: async def jobs that "
+            "wait on the network, many at once; plain functions run in up to 10 threads beside it).",
         )
         parser.add_argument(
             "--cancel-grace",

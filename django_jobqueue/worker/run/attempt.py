@@ -46,12 +46,14 @@ name.
 
 from __future__ import annotations
 
+import inspect
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
 from ... import registry
@@ -182,7 +184,7 @@ def _attempt(
     spec = None
     try:
         if not job.task_backend:
-            spec = _spec(job, worker_id)
+            spec = spec_of(job, worker_id)
             if spec.atomic:
                 return _atomic_attempt(job, spec, worker_id, client, stopped, guard, report)
         with guard if guard is not None else nullcontext():
@@ -195,11 +197,21 @@ def _attempt(
             else:
                 result = _call(job, spec, worker_id, client, stopped, report)
     except BaseException as exc:  # noqa: B036 - the outcome table: nothing a job raises escapes
-        fail_on = spec.fail_on if spec is not None else ()
-        verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
-        if isinstance(exc, UnknownJobError):
-            verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
-        return Attempt(verdict, task_run, exc)
+        return raised_attempt(job, spec, task_run, exc)
+    return returned_attempt(job, task_run, result)
+
+
+def raised_attempt(job: Job, spec: registry.JobSpec | None, task_run: Any, exc: BaseException) -> Attempt:
+    """What a run of ``job`` that raised ``exc`` comes to (``spec`` is None for a Django Task)."""
+    fail_on = spec.fail_on if spec is not None else ()
+    verdict = verdict_for(exc, qualified=bool(job.task_backend), fail_on=fail_on)
+    if isinstance(exc, UnknownJobError):
+        verdict = replace(verdict, error=f"{verdict.error} ({_what_next(job)})")
+    return Attempt(verdict, task_run, exc)
+
+
+def returned_attempt(job: Job, task_run: Any, result: Any) -> Attempt:
+    """What a run of ``job`` that returned ``result`` comes to."""
     return Attempt(verdict_for_result(result, task_run, qualified=bool(job.task_backend)), task_run)
 
 
@@ -248,7 +260,8 @@ def _atomic_attempt(
     return Attempt(verdict, settled=Outcome.DONE)
 
 
-def _spec(job: Job, worker_id: str) -> registry.JobSpec:
+def spec_of(job: Job, worker_id: str) -> registry.JobSpec:
+    """The registered spec of ``job``; raise ``UnknownJobError`` if nobody registered its name."""
     spec = registry.lookup(job.name)
     if spec is None:
         raise UnknownJobError(f"no job registered as {job.name!r} on worker {worker_id}")
@@ -263,7 +276,26 @@ def _call(
     stopped: Callable[[], bool],
     report: ProgressReport | None,
 ) -> Any:
-    return call_job(job, spec, lambda: JobContext(job, worker_id, client, stopped, report))
+    result = call_job(job, spec, lambda: JobContext(job, worker_id, client, stopped, report))
+    return run_to_end(result)
+
+
+def run_to_end(result: Any) -> Any:
+    """``result``, or what it comes to if it is a coroutine (an ``async def`` job's).
+
+    Run to its end in an event loop of its own, as Django runs a coroutine
+    Task from sync code (asgiref's ``async_to_sync``): its thread-sensitive
+    calls (the async ORM's) come back to this thread, and its connections.
+    Under ``--pool asyncio`` a coroutine job is a task of the worker's loop
+    instead (``pools/loop/``).
+    """
+    if inspect.iscoroutine(result):
+        return async_to_sync(_awaited)(result)
+    return result
+
+
+async def _awaited(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    return await coroutine
 
 
 def call_job(job: Job, spec: registry.JobSpec, context: Callable[[], JobContext]) -> Any:

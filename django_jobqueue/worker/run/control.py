@@ -130,6 +130,15 @@ class RunControl:
             target, reason = self._target, self.reason
         return target is not None and target.force(reason)
 
+    def settle_if_running(self, by: str) -> bool:
+        """Claim the writing of the outcome if nobody has and the job was never told to stop."""
+        with self._lock:
+            if self.settled_by or self.reason is not None:
+                return False
+            self.settled_by = by
+            self.settled_at = time.monotonic()
+            return True
+
     def settle(self, by: str) -> tuple[bool, StopReason | None]:
         """Claim the writing of the outcome: (whether ``by`` is the first, and why the job was stopped)."""
         with self._lock:

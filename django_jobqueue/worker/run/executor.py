@@ -56,7 +56,7 @@ from ..outage import DATABASE_ERRORS, Shortage, close_connection, failed_to_conn
 from .attempt import run_job, timeout_verdict
 from .connections import close_all_connections, close_held_connections, job_queried, watch_queries
 from .control import RunControl, StopReason, ThreadTarget
-from .job_line import log_outcome
+from .job_line import log_outcome, log_unrecorded
 from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import DirectProgress, ProgressReport, ProgressSink, reporter
 from .watchdog import Attempts, Watchdog
@@ -131,11 +131,7 @@ class Executor:
         """
         if self.tends_connections:
             close_held_connections()  # as Django does per request: honour CONN_MAX_AGE, drop broken ones
-        control = RunControl(job, job.timeout, self.cancel_grace)
-        if self.watchdog is not None:
-            self.watchdog.watch(control)
-        else:
-            self.attempts.add(control)
+        control = self.begin(job)
         try:
             if runner is not None:
                 attempt = runner.attempt(job, control, reporter(control, self.progress))
@@ -146,7 +142,52 @@ class Executor:
                         close_held_connections()
             return self._run_here(job, control)
         finally:
-            self.attempts.remove(control)
+            self.end(control)
+
+    def begin(self, job: Job) -> RunControl:
+        """Start ``job``'s attempt: its clock, and its place among the attempts in progress."""
+        control = RunControl(job, job.timeout, self.cancel_grace)
+        if self.watchdog is not None:
+            self.watchdog.watch(control)
+        else:
+            self.attempts.add(control)
+        return control
+
+    def end(self, control: RunControl) -> None:
+        """The attempt of ``control`` is over: forget it."""
+        self.attempts.remove(control)
+
+    def finish_later(self, job: Job, control: RunControl, attempt: Attempt) -> Callable[[], Outcome] | None:
+        """Settle a coroutine job's ``attempt`` here if that writes nothing; else what a thread must call.
+
+        Called on the event loop of ``--pool asyncio``, where nothing may wait on
+        the database: a plain ack (never told to stop, no progress, no Django
+        Task) goes to the completer, and None is returned (``PENDING``).
+        """
+        quick = (
+            self.completer is not None
+            and attempt.verdict.action is Action.ACK
+            and attempt.task_run is None
+            and attempt.settled is None
+            and control.progress is None
+        )
+        if not quick or not control.settle_if_running("slot"):
+            return lambda: self.finish(job, control, attempt)
+        duration = time.monotonic() - control.started
+        if self.completer is not None and self.completer.submit(
+            job, attempt.verdict.result, self._reporter(job, duration)
+        ):
+            return None
+        # The completer has stopped (a job that outlived the shutdown): its thread writes the ack.
+        return lambda: self.finish(job, control, attempt, settled=True)
+
+    def finish(self, job: Job, control: RunControl, attempt: Attempt, *, settled: bool = False) -> Outcome:
+        """Write what ``attempt``, run elsewhere (on the loop), came to; ``settled``: by ``finish_later``."""
+        try:
+            return self._finish(job, control, attempt, queried=False, settled=settled)
+        finally:
+            if self.tends_connections:
+                close_held_connections()
 
     def _run_here(self, job: Job, control: RunControl) -> Outcome:
         # Whether the job queries the queue's database (connections.py).
@@ -171,9 +212,14 @@ class Executor:
                 close_all_connections()
             close_held_connections()
 
-    def _finish(self, job: Job, control: RunControl, attempt: Attempt, queried: bool) -> Outcome:
-        """Write what ``attempt`` came to, unless the job was stopped for a reason that decides it."""
-        first, reason = control.settle("slot")
+    def _finish(
+        self, job: Job, control: RunControl, attempt: Attempt, queried: bool, settled: bool = False
+    ) -> Outcome:
+        """Write what ``attempt`` came to, unless the job was stopped for a reason that decides it.
+
+        ``settled``: this slot already owns the outcome, the job never told to stop.
+        """
+        first, reason = (True, None) if settled else control.settle("slot")
         now = time.monotonic()
         duration = now - control.started
         if not first:
@@ -323,7 +369,7 @@ class Executor:
                     continue
                 close_connection(self.client.using)
                 again = self.shortage is not None and is_connection_error(self.client.using, exc)
-                self._log_unrecorded(job, exc, retried=again)
+                log_unrecorded(job, exc, retried=again)
                 return Outcome.UNRECORDED, again
 
     def _tell_queue(self, job: Job, verdict: Verdict, duration: float, queried: bool, wait: bool) -> Outcome:
@@ -384,22 +430,10 @@ class Executor:
 
         def report(outcome: Outcome, error: BaseException | None) -> None:
             if error is not None:
-                self._log_unrecorded(job, error)
+                log_unrecorded(job, error)
             self._log(job, duration, outcome, "")
 
         return report
-
-    def _log_unrecorded(self, job: Job, exc: BaseException, *, retried: bool = False) -> None:
-        logger.error(
-            "job %s id=%s: could not record its outcome (%s: %s); %s",
-            job.name,
-            job.pk,
-            type(exc).__name__,
-            str(exc).strip(),
-            "written again once the slot reaches the database"
-            if retried
-            else "it is run again when its claim expires",
-        )
 
     def _log(
         self,

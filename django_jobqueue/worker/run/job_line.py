@@ -73,3 +73,17 @@ def log_outcome(
 # Where an outcome's record says it was logged: log_outcome, as logger.log would find it.
 _LOG_PATH = log_outcome.__code__.co_filename
 _LOG_LINE = log_outcome.__code__.co_firstlineno
+
+
+def log_unrecorded(job: Job, exc: BaseException, *, retried: bool = False) -> None:
+    """Log that ``job``'s outcome could not be written, and what becomes of it."""
+    logger.error(
+        "job %s id=%s: could not record its outcome (%s: %s); %s",
+        job.name,
+        job.pk,
+        type(exc).__name__,
+        str(exc).strip(),
+        "written again once the slot reaches the database"
+        if retried
+        else "it is run again when its claim expires",
+    )

@@ -48,6 +48,18 @@ class TaskRun:
             return self.task.call(TaskContext(task_result=self.result), *args, **kwargs)
         return self.task.call(*args, **kwargs)
 
+    async def acall(self) -> Any:
+        """Await the task function (a coroutine function, on the worker's loop); return its value.
+
+        The signal's receivers run as Django runs sync receivers from async
+        code (``asend_robust``): off the loop.
+        """
+        await self._asend(task_started)
+        args, kwargs = self.result.args, self.result.kwargs
+        if self.task.takes_context:
+            return await self.task.acall(TaskContext(task_result=self.result), *args, **kwargs)
+        return await self.task.acall(*args, **kwargs)
+
     @staticmethod
     def normalize(value: Any) -> Any:
         """``value`` as Django's Tasks store a return value; raise ``TypeError`` if JSON cannot carry it.
@@ -74,7 +86,13 @@ class TaskRun:
 
     def _send(self, signal: Signal) -> None:
         # A receiver that raises must not change the task's outcome: logged, not raised.
-        for receiver, response in signal.send_robust(JobQueueBackend, task_result=self.result):
+        self._log_raised(signal.send_robust(JobQueueBackend, task_result=self.result))
+
+    async def _asend(self, signal: Signal) -> None:
+        self._log_raised(await signal.asend_robust(JobQueueBackend, task_result=self.result))
+
+    def _log_raised(self, responses: list[tuple[Any, Any]]) -> None:
+        for receiver, response in responses:
             if isinstance(response, Exception):
                 logger.error(
                     "task %s id=%s: signal receiver %r raised %s: %s",

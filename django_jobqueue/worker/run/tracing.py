@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ...exceptions import JobCancelled, JobTimeout
@@ -31,26 +32,44 @@ logger = logging.getLogger(__name__)
 
 def traced_run(job: Job, run: Callable[[], Attempt]) -> Attempt:
     """Return ``run()``, the attempt of ``job``, run inside its span where there is one to make."""
-    if OPENTELEMETRY is None:
+    span = run_span(job)
+    if span is None:
         return run()
+    with span as current:
+        attempt = run()
+        end_span(current, job, attempt)
+    return attempt
+
+
+async def traced_arun(job: Job, run: Callable[[], Awaitable[Attempt]]) -> Attempt:
+    """``traced_run`` for a coroutine job's attempt: awaited inside its span, current in its task."""
+    span = run_span(job)
+    if span is None:
+        return await run()
+    with span as current:
+        attempt = await run()
+        end_span(current, job, attempt)
+    return attempt
+
+
+def run_span(job: Job) -> AbstractContextManager[Any] | None:
+    """The span of ``job``'s run, made current when entered; None where there is none to make."""
+    if OPENTELEMETRY is None:
+        return None
     trace, _ = OPENTELEMETRY
     carrier = _carrier(job)
     if carrier is None and _no_provider(trace):
-        return run()  # no provider to record a span, no trace to carry on: nothing to do
-    span_name = f"jobqueue.run {job.name}"
-    # The span is ended here, with the outcome, rather than by start_as_current_span
-    # (which would record nothing of an attempt that returned normally).
-    with tracer().start_as_current_span(
-        span_name,
+        return None  # no provider to record a span, no trace to carry on: nothing to do
+    # The span is ended by its context manager, its outcome set by end_span first (the context
+    # manager's own handling would record nothing of an attempt that returned normally).
+    return tracer().start_as_current_span(
+        f"jobqueue.run {job.name}",
         context=_parent_context(job, carrier),
         kind=trace.SpanKind.CONSUMER,
         attributes=_attributes(job),
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        attempt = run()
-        _end_with(span, job, attempt)
-    return attempt
+    )
 
 
 # The API's global provider, where this version of it keeps it; and whether an
@@ -116,7 +135,7 @@ def _parent_context(job: Job, carrier: Carrier | None) -> Any:
     """The context ``carrier`` propagates, or None (a root span) if there is none to read."""
     if carrier is None:
         return None
-    assert OPENTELEMETRY is not None  # traced_run's caller checked
+    assert OPENTELEMETRY is not None  # run_span checked
     _, propagate = OPENTELEMETRY
     try:
         return propagate.extract(carrier)
@@ -137,7 +156,7 @@ def _attributes(job: Job) -> dict[str, Any]:
     }
 
 
-def _end_with(span: Any, job: Job, attempt: Attempt) -> None:
+def end_span(span: Any, job: Job, attempt: Attempt) -> None:
     """Set the attempt's outcome on ``span``; a failure is an ERROR, with its exception if it raised one."""
     assert OPENTELEMETRY is not None
     trace, _ = OPENTELEMETRY
