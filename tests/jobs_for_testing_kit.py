@@ -72,4 +72,6 @@ def atomic_group(name: str, fail: bool = False) -> int:
 
 @job(name="kit.coroutine")
 async def coroutine(value: int) -> int:
-    return value
+    """Awaits the ORM the Django way: its query runs on the test's connection, in its transaction."""
+    group = await Group.objects.acreate(name=f"coroutine-{value}")
+    return await Group.objects.filter(pk=group.pk).acount() + value

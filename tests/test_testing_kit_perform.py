@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth.models import Group
 from django.test import TestCase
 
@@ -135,10 +136,18 @@ def test_an_atomic_job_runs_in_a_transaction_its_failure_rolls_back():
     assert not Group.objects.filter(name="gone").exists()
 
 
-def test_an_async_job_is_not_awaited_as_on_a_worker():
-    # A worker calls the function and gets a coroutine, a value no ack can store: a dead letter.
-    with pytest.raises(JobPayloadError, match="result is a coroutine, which JSON cannot carry"):
-        perform(coroutine, value=1)
+def test_an_async_job_is_awaited_as_on_a_worker():
+    # Its acreate runs on this test's connection: the row it wrote is seen here, in the test's
+    # transaction, and rolled back with it.
+    assert perform(coroutine, value=1) == 2
+    assert Group.objects.filter(name="coroutine-1").exists()
+
+
+def test_perform_from_async_code_goes_through_sync_to_async():
+    async def from_async_code() -> Any:
+        return await sync_to_async(perform)(coroutine, value=5)
+
+    assert async_to_sync(from_async_code)() == 6
 
 
 def test_the_fixture_has_the_kit_as_methods(jobqueue):  # noqa: F811 - the fixture imported above

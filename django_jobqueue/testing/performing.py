@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from contextlib import nullcontext
 from typing import Any
@@ -18,7 +17,7 @@ from ..queue import QueueClient
 from ..queue.preparation import NewJob, prepare_job
 from ..queue.refs import Duration, JobRef
 from ..queue.validation import encode_result, to_seconds
-from ..worker.run.attempt import call_job
+from ..worker.run.attempt import call_job, run_to_end
 from ..worker.run.context import JobContext
 
 # The worker id a performed job's context names: no worker row has it.
@@ -52,8 +51,10 @@ def perform(fn: JobFunction | str, /, **kwargs: Any) -> Any:
     An ``atomic=True`` job runs inside ``transaction.atomic()`` on the queue's
     database, its result checked inside it, so that what it wrote is rolled
     back when it raises or returns a value JSON cannot carry, as on a worker.
-    An ``async def`` job is not awaited, here or by a worker: its coroutine is a
-    value JSON cannot carry. Raise ``UnknownJobError`` for a name no ``@job``
+    An ``async def`` job is awaited in an event loop of its own, as a worker
+    of ``--pool threads`` runs it; its ORM calls come back to this thread, on
+    the test's connection. Call ``perform`` from synchronous code (an async
+    test wraps it in ``sync_to_async``). Raise ``UnknownJobError`` for a name no ``@job``
     registered, ``TypeError`` for an ``fn`` that is neither.
     """
     name = _name_of(fn)
@@ -68,9 +69,7 @@ def perform(fn: JobFunction | str, /, **kwargs: Any) -> Any:
         return JobContext(job, PERFORM_WORKER_ID, client, report=_kept_on(job))
 
     with transaction.atomic(using=client.using) if spec.atomic else nullcontext():
-        result = call_job(job, spec, context)
-        if inspect.iscoroutine(result):
-            result.close()  # never awaited, as on a worker; closed so that Python does not warn of it
+        result = run_to_end(call_job(job, spec, context))
         return as_stored(result)
 
 

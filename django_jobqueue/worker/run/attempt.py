@@ -46,6 +46,7 @@ name.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import traceback
 from collections.abc import Callable, Coroutine
@@ -62,6 +63,7 @@ from ...models import Job
 from ...queue import QueueClient
 from ...queue.validation import encode_result, to_seconds
 from .context import JobContext
+from .control import TaskOwner, owner_here
 from .outcomes import Action, Attempt, Outcome, Verdict
 from .progress import ProgressReport
 from .tracing import traced_run
@@ -290,11 +292,14 @@ def run_to_end(result: Any) -> Any:
     instead (``pools/loop/``).
     """
     if inspect.iscoroutine(result):
-        return async_to_sync(_awaited)(result)
+        return async_to_sync(_awaited)(result, owner_here())
     return result
 
 
-async def _awaited(coroutine: Coroutine[Any, Any, Any]) -> Any:
+async def _awaited(coroutine: Coroutine[Any, Any, Any], owner: TaskOwner | None) -> Any:
+    if owner is not None:
+        # A time limit or a cancel cancels the task, as under --pool asyncio (control.py).
+        owner.adopt(asyncio.get_running_loop(), asyncio.current_task())  # type: ignore[arg-type]
     return await coroutine
 
 

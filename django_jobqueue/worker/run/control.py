@@ -6,7 +6,8 @@ Every attempt a worker runs has a ``RunControl``: its deadline (from the job's
 ``Target``, which depends on the pool:
 
 - **threads**: ``ctx.cancelled`` turns True; on a timeout, ``JobTimeout`` is
-  also raised in the job's thread at its next line. Still running
+  also raised in the job's thread at its next line (an ``async def`` job's
+  task is cancelled instead: ``asyncio.CancelledError`` where it awaits). Still running
   ``--cancel-grace`` seconds later: a cancelled job gets ``JobCancelled``
   raised; a timed-out one is given up: its outcome is written and its slot
   stays taken until the thread returns.
@@ -22,11 +23,12 @@ lock, so exactly one of them writes the outcome.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import enum
 import threading
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...exceptions import JobCancelled, JobInterrupted, JobTimeout
 from .outcomes import Outcome
@@ -149,6 +151,26 @@ class RunControl:
             return first, self.reason
 
 
+class TaskOwner(Protocol):
+    """What stops the job's code that a thread runs: told of the task an ``async def`` job runs as."""
+
+    def adopt(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None: ...
+
+
+# The owner of the job's code each thread runs now (a slot's ThreadTarget, a child's), while it does.
+_running_here = threading.local()
+
+
+def running_here(owner: TaskOwner | None) -> None:
+    """This thread runs the job's code under ``owner`` now (None: no longer)."""
+    _running_here.owner = owner
+
+
+def owner_here() -> TaskOwner | None:
+    """The owner of the job's code this thread runs now, if any."""
+    return getattr(_running_here, "owner", None)
+
+
 def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> None:
     # CPython's documented C API: raise exc_type in that thread at its next bytecode; None drops
     # an exception set so and not yet raised.
@@ -173,6 +195,17 @@ class ThreadTarget:
         self._lock = threading.Lock()
         self._inside = False
         self._sent = False
+        # The task of an ``async def`` job this thread awaits (attempt.run_to_end), and its loop.
+        self._task: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+
+    def adopt(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        """The job's code is a coroutine awaited as ``task`` of ``loop``: stop it by cancelling the task.
+
+        The thread itself only waits for the task (asgiref's ``async_to_sync``);
+        an exception raised in it would leave the coroutine running.
+        """
+        with self._lock:
+            self._task = (loop, task)
 
     @property
     def sent(self) -> bool:
@@ -182,11 +215,13 @@ class ThreadTarget:
     def enter(self) -> None:
         with self._lock:
             self._inside = True
+        running_here(self)
 
     def leave(self) -> None:
+        running_here(None)
         with self._lock:
             self._inside = False
-            if self._sent:
+            if self._sent and self._task is None:
                 _set_async_exc(self.thread_id, None)
 
     def __enter__(self) -> ThreadTarget:
@@ -202,8 +237,15 @@ class ThreadTarget:
             if not self._inside or self._sent:
                 return False
             self._sent = True
-            _set_async_exc(self.thread_id, exc_type)
-            return True
+            if self._task is None:
+                _set_async_exc(self.thread_id, exc_type)
+                return True
+            loop, task = self._task
+        try:
+            loop.call_soon_threadsafe(task.cancel, f"django_jobqueue: {exc_type.__name__}")
+        except RuntimeError:
+            pass  # its loop is closed: the coroutine has ended
+        return True
 
     def tell(self, reason: StopReason) -> None:
         raised = RAISED.get(reason)

@@ -43,6 +43,7 @@ answer comes next.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -60,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from ....collector import keep_out_of_collections
 from ....exceptions import JobTimeout
-from ...run.control import StopReason
+from ...run.control import StopReason, running_here
 from ...run.outcomes import Action, Attempt
 from .pipes import (
     ANSWER,
@@ -116,6 +117,8 @@ class _Running:
         # Revoked before their batch was read (or after they ended): checked when a batch comes.
         self.revoked: set[Claim] = set()
         self.raised = False
+        # The task an async def job runs as, and its loop: a stop cancels it (attempt.run_to_end).
+        self.task: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
 
 
 class _Sender:
@@ -302,20 +305,32 @@ class _Inside:
 
     def __enter__(self) -> None:
         running = self.running
+        running.task = None
         running.inside = True
         if running.interrupt_for == running.claim and not running.raised:
             # Told to stop for its timeout before it even started.
             running.raised = True
             raise JobTimeout("timed out")
+        running_here(self)
 
     def __exit__(self, *exc_info: object) -> None:
+        running_here(None)
         self.running.inside = False
+
+    def adopt(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        # From the coroutine's own thread: the main thread only waits for it.
+        self.running.task = (loop, task)
 
 
 def _interrupted(running: _Running, frame: FrameType | None) -> None:
     # Runs in the main thread, between two of its bytecodes: nothing else changes `running` meanwhile.
     if running.inside and not running.raised and running.interrupt_for == running.claim:
         running.raised = True
+        if running.task is not None:
+            # An async def job: the main thread only waits for its task, which is cancelled instead.
+            loop, task = running.task
+            loop.call_soon_threadsafe(task.cancel, "django_jobqueue: timeout")
+            return
         raise JobTimeout("timed out")
 
 
