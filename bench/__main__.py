@@ -5,7 +5,8 @@ migrated); SQLite uses a fresh file under ``var/``. Each database is measured in
 a process of its own (``bench/part.py``), ours and the baseline interleaved run
 by run, and the medians are printed as a Markdown table with ratios, targets
 and each figure's spread across runs. On PostgreSQL, ``runworker --pool
-processes`` is also measured against the thread pool (``bench/processes.py``),
+processes`` and ``--pool asyncio`` are also measured against the thread pool
+(``bench/processes.py``, ``bench/asyncio_pool.py``),
 and drains under per-key concurrency limits against plain ones (``bench/flow.py``),
 and, where pgqueuer is installed (the ``bench`` extra), ``runworker`` at its
 defaults against pgqueuer at its own (``bench/pgqueuer_peer.py``), and, where
@@ -65,6 +66,13 @@ FULL = {
     "peer_jobs": 10_000,
     # Limited jobs behind a backlog (flow.measure_backlog): backlog_jobs keyed jobs, drain_jobs taken.
     "flow_backlog_concurrency": 32,
+    # --pool asyncio against the thread pool (bench/asyncio_pool.py).
+    "asyncio_io_jobs": 1_000,
+    "asyncio_io_seconds": 1.0,
+    "asyncio_thread_io": [100, 1_000],
+    "asyncio_noop_jobs": 10_000,
+    "asyncio_concurrencies": [32, 100, 1_000],
+    "asyncio_thread_concurrencies": [8, 32, 100, 200],
 }
 QUICK = {
     **FULL,
@@ -81,6 +89,7 @@ QUICK = {
     "flow_jobs": 20_000,
     "flow_timeout": 180.0,
     "peer_jobs": 2_000,
+    "asyncio_noop_jobs": 3_000,
 }
 
 
@@ -161,9 +170,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs per figure (default 3; --quick: 1)")
     parser.add_argument(
         "--only",
-        choices=["postgresql", "mysql", "sqlite", "pool", "flow", "against", "peers", "pooler"],
+        choices=["postgresql", "mysql", "sqlite", "pool", "asyncio", "flow", "against", "peers", "pooler"],
         help="measure one database only (mysql: MariaDB or MySQL at MYSQL_URL); "
         "or on PostgreSQL only --pool processes against threads (pool), "
+        "only --pool asyncio against threads (asyncio), "
         "only drains under concurrency limits against plain ones (flow), "
         "only the drains against --against's commit (against), "
         "only runworker against pgqueuer, each at its defaults (peers; needs the bench extra), "
@@ -182,11 +192,12 @@ def main() -> None:
         cfg["runs"] = args.runs
     cfg["parts"] = {
         "pool": ["pool"],
+        "asyncio": ["asyncio"],
         "flow": ["flow"],
         "against": [],
         "peers": ["peers"],
         "pooler": ["pooler"],
-    }.get(args.only or "", ["queue", "pool", "flow"])
+    }.get(args.only or "", ["queue", "pool", "asyncio", "flow"])
     missing_pgqueuer = NO_PGQUEUER if pgqueuer_version() is None else None
     peers_skipped = optional_part(
         parser, args.only, cfg, "peers", "runworker against pgqueuer", missing_pgqueuer
@@ -252,6 +263,8 @@ def main() -> None:
             print_part("PostgreSQL", report.postgresql_rows(samples, cfg["concurrencies"]), samples)
         if "pool" in cfg["parts"]:
             print_part("PostgreSQL: --pool processes", report.pool_rows(samples, cfg), samples)
+        if "asyncio" in cfg["parts"]:
+            print_part("PostgreSQL: --pool asyncio", report.asyncio_rows(samples, cfg), samples)
         if "flow" in cfg["parts"]:
             title = f"PostgreSQL: flow control, {cfg['flow_jobs']:,} jobs over {cfg['flow_keys']:,} keys"
             print_part(title, report.flow_rows(samples, cfg), samples, notes=report.flow_notes(samples, cfg))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -14,6 +15,17 @@ from django_jobqueue import job
 @job(name="bench.noop")
 def noop(**payload: object) -> None:
     """Do nothing: what is left of a job's cost is the queue's."""
+
+
+@job(name="bench.anoop")
+async def anoop(**payload: object) -> None:
+    """``bench.noop`` as a coroutine: what ``--pool asyncio`` drains."""
+
+
+@job(name="bench.io_wait")
+async def io_wait(seconds: float) -> None:
+    """Await ``seconds`` of pretend I/O: a slow partner API, a webhook, an LLM call."""
+    await asyncio.sleep(seconds)
 
 
 @job(name="bench.stamp")

@@ -26,7 +26,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from . import against, flow, mysql_part, ours, pgqueuer_peer, pooler, processes, raw, raw_sqlite  # noqa: E402
+from . import against, asyncio_pool, flow, mysql_part, ours, pgqueuer_peer, pooler, processes, raw, raw_sqlite  # noqa: E402
 from . import jobs as _jobs  # noqa: E402, F401 - the registry knows the jobs, as a web process would
 from .worker import drain, worker_env  # noqa: E402
 
@@ -85,6 +85,8 @@ def measure_postgresql(cfg: dict[str, Any], url: str) -> Samples:
         measure_queue(cfg, url, samples)
     if "pool" in cfg["parts"]:
         measure_pool(cfg, url, samples)
+    if "asyncio" in cfg["parts"]:
+        asyncio_pool.measure(cfg, url, samples)
     if "flow" in cfg["parts"]:
         flow.measure(cfg, url, samples)
         flow.measure_backlog(cfg, url, samples)

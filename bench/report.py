@@ -46,6 +46,8 @@ def figure(value: float | None, unit: str) -> str:
         return f"{value:.2f} ms"
     if unit == "MB":
         return f"{value:.0f} MB"
+    if unit == "s":
+        return f"{value:.2f} s"
     if unit == "count":
         return f"{value:,.0f}"
     return f"{value:,.0f}/s"
@@ -160,6 +162,65 @@ def postgresql_rows(samples: Samples, concurrencies: list[int]) -> list[Row]:
         target, met = ("≤ 80 MB", lambda o, _r: o <= 80) if concurrency == 8 else ("", None)
         label = f"worker peak RSS, --concurrency {concurrency}"
         rows.append(Row(label, f"rss_c{concurrency}", None, "MB", target, met))
+    return rows
+
+
+def asyncio_rows(samples: Samples, cfg: dict[str, Any]) -> list[Row]:
+    """``--pool asyncio`` (bench/asyncio_pool.py): many waits at once, its no-op drain against threads'."""
+    waits, seconds = cfg["asyncio_io_jobs"], cfg["asyncio_io_seconds"]
+    what = f"{waits:,} jobs awaiting {seconds:g} s"
+    rows = [
+        Row(
+            f"{what}, --pool asyncio --concurrency {waits}: first start to last end",
+            f"aio_io_asyncio_c{waits}_span",
+            None,
+            "s",
+            "≤ 3 s",
+            lambda ours, _ratio: ours <= 3,
+        ),
+        Row(
+            f"{what}, --pool asyncio --concurrency {waits}: worker's peak RSS",
+            f"aio_io_asyncio_c{waits}_rss",
+            None,
+            "MB",
+            "< 150 MB",
+            lambda ours, _ratio: ours < 150,
+        ),
+    ]
+    for concurrency in cfg["asyncio_thread_io"]:
+        rows += [
+            Row(
+                f"{what}, --pool threads --concurrency {concurrency}",
+                f"aio_io_threads_c{concurrency}_span",
+                None,
+                "s",
+            ),
+            Row(
+                f"{what}, --pool threads --concurrency {concurrency}: peak RSS",
+                f"aio_io_threads_c{concurrency}_rss",
+                None,
+                "MB",
+            ),
+        ]
+    for pool, concurrencies in (
+        ("asyncio", cfg["asyncio_concurrencies"]),
+        ("threads", cfg["asyncio_thread_concurrencies"]),
+    ):
+        job = "coroutine" if pool == "asyncio" else "plain function"
+        rows += [
+            Row(f"no-op {job} drain, --pool {pool} --concurrency {c}", f"aio_noop_{pool}_c{c}", None, "/s")
+            for c in concurrencies
+        ]
+    rows.append(
+        Row(
+            "no-op drain, each run's best: --pool asyncio (coroutines) vs --pool threads (plain functions)",
+            "aio_noop_asyncio_best",
+            "aio_noop_threads_best",
+            "/s",
+            "≥ 0.8×",
+            _ratio(0.8),
+        )
+    )
     return rows
 
 
