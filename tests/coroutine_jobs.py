@@ -88,5 +88,6 @@ async def progress(ctx: JobContext, path: str, steps: int = 3) -> int:
     for step in range(1, steps + 1):
         await asyncio.sleep(0.05)
         ctx.progress(step, steps, f"step {step}")
-    note(path, "end", ctx)
+    extended = await ctx.aextend_visibility(120)
+    note(path, "end", ctx, extended=extended)
     return steps

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from django_jobqueue import QueueClient, job
+from django_jobqueue import QueueClient, batch, job
 from django_jobqueue.models import DeadLetter, Job, Worker
 from tests import coroutine_jobs  # noqa: F401 - registered here too: push takes their @job options
 from tests.jobs_for_workers import events
@@ -80,8 +80,12 @@ def test_two_hundred_jobs_awaiting_a_second_overlap_in_one_worker(queue, start_w
 
 
 def test_plain_functions_run_beside_coroutines_in_at_most_ten_threads(queue, start_worker, events_path):
-    plain = [queue.push("workers.record", {"path": events_path, "value": n, "seconds": 0.3}) for n in range(30)]
-    coroutines = [queue.push("aio.wait", {"path": events_path, "seconds": 0.3, "value": n}) for n in range(30)]
+    plain = [
+        queue.push("workers.record", {"path": events_path, "value": n, "seconds": 0.3}) for n in range(30)
+    ]
+    coroutines = [
+        queue.push("aio.wait", {"path": events_path, "seconds": 0.3, "value": n}) for n in range(30)
+    ]
     start_worker(*FAST, "--concurrency", "60", env=MODULES)
     wait_until(lambda: all_done(plain + coroutines), 20, "every job done")
 
@@ -118,6 +122,29 @@ def test_retries_dead_letters_and_progress_as_in_the_other_pools(queue, start_wo
 
     wait_until(lambda: Job.objects.filter(pk=reporting.pk, status="done").exists(), 10, "the reporting job")
     assert Job.objects.get(pk=reporting.pk).progress == {"current": 3, "total": 3, "message": "step 3"}
+    assert first(events_path, reporting, "end")["extended"] is True
+
+
+def test_dependencies_batches_and_concurrency_keys_hold_for_coroutine_jobs(queue, start_worker, events_path):
+    with batch(on_finish="workers.batch_done", payload={"path": events_path, "report": "aio"}) as opened:
+        parts = [queue.push("aio.wait", {"path": events_path, "seconds": 0.2, "value": n}) for n in range(10)]
+    after = queue.push("aio.wait", {"path": events_path, "value": "after"}, depends_on=parts)
+    keyed = [
+        queue.push(
+            "aio.wait",
+            {"path": events_path, "seconds": 0.3, "value": f"k{n}"},
+            concurrency_key="tenant",
+            concurrency_limit=1,
+        )
+        for n in range(4)
+    ]
+    start_worker(*FAST, "--concurrency", "50", env=MODULES)
+    wait_until(lambda: all_done([*parts, after, *keyed]), 20, "every job done")
+
+    [callback] = wait_until(lambda: [e for e in events(events_path) if e["event"] == "batch_done"], 10)
+    assert (callback["batch_id"], callback["done"], callback["report"]) == (opened.id, 10, "aio")
+    assert first(events_path, after, "start")["time"] >= max(end for _, end in spans(events_path, parts))
+    assert most_at_once(spans(events_path, keyed)) == 1, "a key of limit 1 ran twice at once"
 
 
 # -- time limits, cancels, and a job that will not stop ----------------------------------------
@@ -226,7 +253,9 @@ def test_sigterm_lets_short_jobs_finish_and_hands_back_the_rest_cancelled(queue,
 def test_a_worker_killed_mid_flight_loses_nothing(queue, start_worker, events_path):
     jobs = [queue.push("aio.wait", {"path": events_path, "seconds": 2.0, "value": n}) for n in range(50)]
     doomed = start_worker(*FAST, "--concurrency", "50", "--visibility-timeout", "2", env=MODULES)
-    wait_until(lambda: len([e for e in events(events_path) if e["event"] == "start"]) == 50, 15, "every start")
+    wait_until(
+        lambda: len([e for e in events(events_path) if e["event"] == "start"]) == 50, 15, "every start"
+    )
 
     doomed.kill()
     assert Job.objects.filter(status="running").count() == 50, "the claims outlived their worker"

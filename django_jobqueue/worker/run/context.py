@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import connections
 
 from ...models import Job
@@ -80,6 +81,10 @@ class JobContext:
                 lambda: client.extend_visibility(self.job, worker_id=self.worker_id, extension=seconds)
             )
         return client.extend_visibility(self.job, worker_id=self.worker_id, extension=seconds)
+
+    async def aextend_visibility(self, seconds: timedelta | float) -> bool:
+        """``extend_visibility`` from a coroutine job: its query runs off the event loop."""
+        return await sync_to_async(self.extend_visibility)(seconds)
 
     def progress(self, current: float, total: float | None = None, message: str = "") -> None:
         """Report how far the job got: ``current`` of ``total`` (None: unknown), and a short ``message``.

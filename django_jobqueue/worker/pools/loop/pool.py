@@ -76,6 +76,7 @@ class EventLoopPool(Resizing):
         self._watch = LoopWatch(self._loop)
         self._thread = threading.Thread(target=self._serve, name="jobqueue-loop", daemon=True)
         self._running = threading.Event()
+        self._failed: BaseException | None = None  # why the loop could not start or ended
         self._closing: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # read from other threads: len() only
 
@@ -85,15 +86,21 @@ class EventLoopPool(Resizing):
         """Start the plain functions' threads and the loop's."""
         self._plain.start()
         self._thread.start()
-        if not self._running.wait(START_TIMEOUT):
+        started = self._running.wait(START_TIMEOUT)
+        if not started or self._failed is not None:
             self._plain.stop(1.0)
-            raise PoolStartError(f"the event loop did not start within {START_TIMEOUT:g}s")
+            why = repr(self._failed) if self._failed is not None else f"not running after {START_TIMEOUT:g}s"
+            raise PoolStartError(f"the event loop could not start: {why}")
         self._watch.start()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._main())
+        except BaseException as exc:  # noqa: B036 - told to start(), which refuses to start the worker
+            self._failed = exc
+            self._running.set()
+            raise
         finally:
             self._loop.close()
 
@@ -188,14 +195,15 @@ class EventLoopPool(Resizing):
         return len(self._tasks) + self._plain.still_running()
 
     def close(self) -> None:
-        """End the loop (unless a task still runs: it is abandoned with it) and the threads."""
+        """End the loop and its writers, unless a task still runs: they are abandoned with it."""
         self._watch.stop()
         self._plain.close()
         closing = self._closing
-        if not self._tasks and closing is not None:
-            try:
-                self._loop.call_soon_threadsafe(closing.set)
-            except RuntimeError:
-                pass  # already closed
-            self._thread.join(5.0)
+        if self._tasks or closing is None:
+            return  # a handed-back job that caught its cancel: it may still write, as a thread would
+        try:
+            self._loop.call_soon_threadsafe(closing.set)
+        except RuntimeError:
+            pass  # already closed
+        self._thread.join(5.0)
         self._writers.shutdown(wait=False)
