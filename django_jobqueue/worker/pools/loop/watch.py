@@ -5,8 +5,8 @@ ORM without ``sync_to_async``, a long computation) holds the whole loop: no
 other coroutine job runs, and no cancel lands, until it returns. The loop
 marks each turn it takes, ten times a second; a thread of its own looks at
 the marks, and when the loop has not turned for ``BLOCKED_AFTER`` seconds it
-logs one warning naming the task that holds it and the line it is at (the
-loop's thread's stack, read from outside), and one more line once the loop
+logs one warning naming the task that holds it and the lines it is at (the
+loop's thread's stack from the job's own code on, read from outside), and one more line once the loop
 turns again, with how long it was held.
 """
 
@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 import time
 import traceback
+from pathlib import Path
+from types import FrameType
 
 from ...service import Service
 
@@ -27,8 +30,10 @@ logger = logging.getLogger(__name__)
 BLOCKED_AFTER = 0.5
 # Seconds between two turns the loop marks, and between two looks at the marks.
 MARK_INTERVAL = 0.1
-# Lines of the blocking code's stack the warning shows, innermost last.
-STACK_LINES = 4
+# Frames of the blocking code's stack the warning shows at most, innermost last.
+STACK_LINES = 6
+# Where the worker's own frames come from: the stack shown starts below them.
+PACKAGE = str(Path(__file__).resolve().parents[3]) + os.sep
 
 
 class LoopWatch(Service):
@@ -69,7 +74,7 @@ class LoopWatch(Service):
         self.reports += 1
         task = asyncio.current_task(self.loop)
         frame = sys._current_frames().get(self.loop_thread) if self.loop_thread is not None else None
-        where = "".join(traceback.format_stack(frame)[-STACK_LINES:]) if frame is not None else ""
+        where = "".join(traceback.format_list(job_frames(frame))) if frame is not None else ""
         logger.warning(
             "the event loop has been blocked for %.2fs by %s: synchronous code in a coroutine job holds "
             "every other one (wrap it in sync_to_async, or run the job under --pool threads); at:\n%s",
@@ -77,3 +82,11 @@ class LoopWatch(Service):
             task.get_name() if task is not None else "code outside any job",
             where.rstrip(),
         )
+
+
+def job_frames(frame: FrameType) -> list[traceback.FrameSummary]:
+    """The blocking stack from the job's own code on: the worker's frames above it left out."""
+    frames = traceback.extract_stack(frame)
+    ours = [index for index, entry in enumerate(frames) if entry.filename.startswith(PACKAGE)]
+    below = frames[ours[-1] + 1 :] if ours else []
+    return (below or frames)[-STACK_LINES:]
