@@ -11,6 +11,7 @@ module too, and writes its own spans to the same file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -54,6 +55,15 @@ def exported_spans(path: str | Path) -> list[dict[str, Any]]:
 def inner_span(label: str = "inside") -> str:
     """Make a span of the job's own: it must be the child of the worker's span of the job."""
     with trace.get_tracer("tests.otel_jobs").start_as_current_span(f"otel.{label}") as span:
+        return format(span.get_span_context().span_id, "016x")
+
+
+@job(name="otel.ainner_span")
+async def ainner_span(label: str = "inside") -> str:
+    """``inner_span`` as a coroutine, its span made after an await: the run's span is still current."""
+    await asyncio.sleep(0.01)
+    with trace.get_tracer("tests.otel_jobs").start_as_current_span(f"otel.{label}") as span:
+        await asyncio.sleep(0)
         return format(span.get_span_context().span_id, "016x")
 
 

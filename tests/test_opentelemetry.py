@@ -290,10 +290,18 @@ def test_a_propagator_that_raises_on_a_row_does_not_stop_the_job(queue, spans, c
 # -- real processes ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pool", ["threads", "processes"])
-def test_a_runworker_process_continues_the_trace(queue, spans, start_worker, tmp_path, pool):
+@pytest.mark.parametrize(
+    ("pool", "function"),
+    [
+        ("threads", tests.otel_jobs.inner_span),
+        ("processes", tests.otel_jobs.inner_span),
+        ("asyncio", tests.otel_jobs.ainner_span),
+        ("threads", tests.otel_jobs.ainner_span),
+    ],
+)
+def test_a_runworker_process_continues_the_trace(queue, spans, start_worker, tmp_path, pool, function):
     with request_span() as request:
-        job = tests.otel_jobs.inner_span.enqueue(label="in-worker")
+        job = function.enqueue(label="in-worker")
     spans_file = tmp_path / "spans.jsonl"
 
     worker = start_worker(
@@ -306,7 +314,7 @@ def test_a_runworker_process_continues_the_trace(queue, spans, start_worker, tmp
 
     assert Job.objects.get(pk=job.pk).status == "done"
     exported = {span["name"]: span for span in exported_spans(spans_file)}
-    run, inner = exported["jobqueue.run otel.inner_span"], exported["otel.in-worker"]
+    run, inner = exported[f"jobqueue.run {function.name}"], exported["otel.in-worker"]
     trace_id, parent_id = stored_ids(job)
     assert run["kind"] == "SpanKind.CONSUMER"
     assert run["context"]["trace_id"] == f"0x{trace_id}" == f"0x{traceparent_of(request)[0]}"
