@@ -318,16 +318,14 @@ class _Inside:
         self.running.inside = False
 
     def adopt(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-        # From the coroutine's own thread: the main thread only waits for it.
-        self.running.task = (loop, task)
+        self.running.task = (loop, task)  # from the coroutine's own thread (control.TaskOwner)
 
 
 def _interrupted(running: _Running, frame: FrameType | None) -> None:
     # Runs in the main thread, between two of its bytecodes: nothing else changes `running` meanwhile.
     if running.inside and not running.raised and running.interrupt_for == running.claim:
         running.raised = True
-        if running.task is not None:
-            # An async def job: the main thread only waits for its task, which is cancelled instead.
+        if running.task is not None:  # an async def job: the main thread only waits for its task
             loop, task = running.task
             loop.call_soon_threadsafe(task.cancel, "django_jobqueue: timeout")
             return
