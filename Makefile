@@ -50,7 +50,7 @@ PGBOUNCER_TESTS ?= tests/test_pooler.py tests/test_worker_basic.py tests/test_wo
 	tests/test_worker_signals.py tests/test_worker_console.py tests/test_flow_*.py tests/test_schedules_*.py \
 	tests/test_dependencies.py tests/test_batches_workers.py tests/faults/test_sigkill_chaos.py \
 	tests/faults/test_stale_owner.py tests/faults/test_batch_kills.py tests/test_worker_listen.py \
-	tests/test_worker_budget.py tests/test_several_databases.py
+	tests/test_worker_budget.py tests/test_several_databases.py tests/test_asyncio_pool.py
 # MariaDB (or MySQL) at MARIADB_URL: the server on the default address. The leg
 # installs mysqlclient, which builds against libmariadb-dev (pkg-config finds it),
 # and runs the whole suite there; then the queue's statements again as they are

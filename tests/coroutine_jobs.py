@@ -66,6 +66,14 @@ async def orm(ctx: JobContext, path: str, username: str) -> int:
     return await User.objects.filter(username__startswith="aio-").acount()
 
 
+@job(name="aio.queries")
+async def queries(seconds: float) -> int:
+    """Query, await ``seconds``, query again: what holds a connection, and for how long."""
+    before = await User.objects.acount()
+    await asyncio.sleep(seconds)
+    return before + await User.objects.acount()
+
+
 @job(name="aio.blocks", takes_context=True)
 async def blocks(ctx: JobContext, path: str, seconds: float) -> None:
     """Block the loop with synchronous code: what the loop watch reports."""

@@ -7,6 +7,7 @@ file; the tests read them back and the worker's log. Time limits are 1 s and
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -16,11 +17,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from django_jobqueue import QueueClient, batch, job
+from django_jobqueue import QueueClient, batch, enqueue_many, job
 from django_jobqueue.models import DeadLetter, Job, Worker
 from tests import coroutine_jobs  # noqa: F401 - registered here too: push takes their @job options
 from tests.jobs_for_workers import events
-from tests.worker_support import wait_until
+from tests.worker_support import database_url, wait_until, worker_sessions
 
 MODULES = {"JOBQUEUE_MODULES": "tests.jobs_for_workers,tests.coroutine_jobs"}
 BACKOFF = {"JOBQUEUE_BACKOFF_BASE": "0.6", "JOBQUEUE_BACKOFF_MAX": "0.6"}
@@ -105,6 +106,29 @@ def test_a_coroutine_job_uses_the_orm_the_django_way(queue, start_worker, events
     assert follow_up.result == "aio-ann"
     [noted] = of(events_path, ran, "orm")
     assert noted["user"] == user.pk
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_POOLER_URL")), reason="counts the server's own sessions")
+def test_three_hundred_coroutine_jobs_querying_at_once_hold_at_most_ten_connections(
+    queue, postgresql_only, start_worker
+):
+    name = "jq-asyncio-budget"
+    jobs = enqueue_many([("aio.queries", {"seconds": 1.5})] * 300)
+    start_worker(
+        *FAST,
+        "--concurrency",
+        "300",
+        env={**MODULES, "DATABASE_URL": f"{database_url()}?application_name={name}"},
+    )
+    seen = []
+    while not all_done(jobs):
+        seen.append(worker_sessions(name))
+        time.sleep(0.05)
+
+    # Ten lanes for the jobs' queries, and the worker's own: claimer, heartbeat, ticker, cancel
+    # watch, listener (a writer, or the listener's check, for a moment). Not a connection per job.
+    assert 10 + 4 <= max(seen) <= 10 + 5 + 2, max(seen)
+    assert Job.objects.get(pk=jobs[0].pk).result == 0
 
 
 def test_retries_dead_letters_and_progress_as_in_the_other_pools(queue, start_worker, events_path):

@@ -7,14 +7,13 @@ import threading
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.test import override_settings
 
 from django_jobqueue import enqueue_many, job
 from django_jobqueue.models import DeadLetter
 from django_jobqueue.worker.config import WorkerConfig
 from django_jobqueue.worker.supervisor import Supervisor
-from tests.worker_support import database_url, wait_until
+from tests.worker_support import database_url, wait_until, worker_sessions
 
 
 @job(name="budget.tick")
@@ -56,12 +55,6 @@ def test_the_listener_and_the_scheduler_close_before_the_completer_opens(postgre
     assert not claimer.is_alive()
     assert alive_at_completer_start == [(False, False)]
     assert supervisor.clean is True
-
-
-def worker_sessions(name: str) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
-        return int(cursor.fetchone()[0])
 
 
 @pytest.mark.slow

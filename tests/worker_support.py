@@ -163,3 +163,12 @@ def start_worker(queue: QueueClient, tmp_path: Path) -> Iterator[Callable[..., W
 def events_path(tmp_path: Path) -> str:
     """The file the test jobs append their events to."""
     return str(tmp_path / "events.jsonl")
+
+
+def worker_sessions(name: str) -> int:
+    """The sessions of PostgreSQL whose ``application_name`` is ``name``: a worker's, given its URL."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
+        return int(cursor.fetchone()[0])
