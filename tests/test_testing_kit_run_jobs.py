@@ -347,3 +347,17 @@ def test_a_coroutine_task_is_awaited(db):
 
     result.refresh()
     assert (result.status, result.return_value) == ("SUCCESSFUL", 7)
+
+
+def test_a_coroutine_job_is_awaited_its_queries_in_the_tests_transaction(db):
+    from django.contrib.auth.models import Group
+
+    from tests.jobs_for_testing_kit import coroutine
+
+    queued = coroutine.enqueue(value=3)
+
+    report = run_jobs()
+
+    assert [int(j.pk) for j in report.done] == [queued.pk]
+    assert Job.objects.get(pk=queued.pk).result == 4
+    assert Group.objects.filter(name="coroutine-3").exists()

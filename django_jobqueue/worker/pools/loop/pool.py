@@ -66,7 +66,6 @@ class EventLoopPool(Resizing):
         self.signalled = parts.signalled
         config = parts.config
         threads = min(config.max_concurrency or config.concurrency, PLAIN_THREADS)
-        self.threads = threads
         self._plain = ThreadPool(
             replace(parts, config=replace(config, concurrency=threads, max_concurrency=None))
         )
