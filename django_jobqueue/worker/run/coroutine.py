@@ -43,7 +43,9 @@ def is_coroutine_job(job: Job) -> bool:
         except Exception:  # noqa: BLE001 - the thread that runs it reports why it cannot be found
             return False
     spec = registry.lookup(job.name)
-    return spec is not None and iscoroutinefunction(spec.func)
+    # An atomic spec (refused by @job for a coroutine, but registered by hand) runs where its
+    # transaction can: in a thread.
+    return spec is not None and not spec.atomic and iscoroutinefunction(spec.func)
 
 
 async def run_coroutine_job(
