@@ -8,11 +8,11 @@
   plain functions in a few threads beside it.
 
 The first two are ``Slots`` (``slots.py``): numbered slot threads fed from
-one hand-off queue. Every pool keeps its slot count in ``Resizing``
-(``resizing.py``), grown and shrunk by ``--concurrency MIN:MAX``
-(``autoscale.py``). A pool needs only to keep ``Pool``'s promises; it is
-made in ``make_pool`` and named in ``POOLS``, and the supervisor does not
-change.
+one hand-off queue. Every pool is a ``CountedPool`` (``counted.py``): its
+parts, its slot count, grown and shrunk by ``--concurrency MIN:MAX``
+(``autoscale.py``), and a job's place freed when its run ends. A pool needs
+only to keep ``Pool``'s promises; it is made in ``make_pool`` and named in
+``POOLS``, and the supervisor does not change.
 """
 
 from __future__ import annotations

@@ -29,9 +29,8 @@ from django.db import connections
 
 from ...models import Job
 from ..run.executor import Runner
-from ..run.outcomes import Outcome
+from .counted import CountedPool
 from .handoff import HandOff
-from .resizing import Resizing
 
 if TYPE_CHECKING:
     from .base import PoolParts
@@ -39,15 +38,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class Slots(Resizing):
+class Slots(CountedPool):
     """A pool's slots: their hand-off queue, their threads and their number."""
 
     def __init__(self, parts: PoolParts) -> None:
         super().__init__(parts)
-        self.executor = parts.executor
-        self.running = parts.running
-        self.wake = parts.wake
-        self.signalled = parts.signalled
         # A job for any idle slot, or None: the slot that takes it exits (retired, or stopping).
         self._handoff: HandOff[Job] = HandOff()
         self._threads: dict[int, threading.Thread] = {}  # every slot started, by number; never reused
@@ -106,13 +101,7 @@ class Slots(Resizing):
         """Give ``job`` back unstarted (a signal, or its child skipped it), and free its slot."""
         self._freed(job, self.executor.hand_back(job))
 
-    def _freed(self, job: Job, outcome: Outcome | None) -> None:
-        # An ack batched with a claim frees its job's slot once written (the supervisor's
-        # _acks_written); anything else frees it here.
-        if outcome is not Outcome.PENDING and self.running.remove(job):
-            self.wake()
-
-    # -- autoscaling (--concurrency MIN:MAX: resizing.py decides) ---------------
+    # -- autoscaling (--concurrency MIN:MAX: counted.py decides) ----------------
 
     def _grow(self, target: int) -> None:
         """Start slots up to ``target``; fewer if one cannot start."""

@@ -35,7 +35,7 @@ from ...run.coroutine import is_coroutine_job, run_coroutine_job
 from ...run.outcomes import Outcome
 from ...run.progress import reporter
 from ..base import PoolStartError
-from ..resizing import Resizing
+from ..counted import CountedPool
 from ..threads import ThreadPool
 from .lanes import Lane, Lanes
 from .target import TaskTarget
@@ -55,15 +55,11 @@ WRITERS = 2
 START_TIMEOUT = 10.0
 
 
-class EventLoopPool(Resizing):
+class EventLoopPool(CountedPool):
     """Coroutine jobs as tasks of one event loop; plain functions in a few threads beside it."""
 
     def __init__(self, parts: PoolParts) -> None:
         super().__init__(parts)
-        self.executor = parts.executor
-        self.running = parts.running
-        self.wake = parts.wake
-        self.signalled = parts.signalled
         config = parts.config
         threads = min(config.max_concurrency or config.concurrency, PLAIN_THREADS)
         self._plain = ThreadPool(
@@ -145,8 +141,7 @@ class EventLoopPool(Resizing):
             logger.exception("job %s id=%s: the worker failed to run it", job.name, job.pk)
         finally:
             lane.used = True  # its connections are tidied at the lanes' next turn
-            if outcome is not Outcome.PENDING and self.running.remove(job):
-                self.wake()
+            self._freed(job, outcome)
 
     async def _attempt(self, job: Job) -> Outcome:
         executor = self.executor

@@ -1,4 +1,4 @@
-"""How many jobs a pool runs at once, and how ``--concurrency MIN:MAX`` changes it.
+"""What every pool shares: its parts, how many jobs it runs at once, and freeing a job's place.
 
 Every pool keeps a slot count: the jobs the claimer claims for. With a fixed
 ``--concurrency`` it never changes. With ``MIN:MAX`` the claimer asks, each
@@ -7,6 +7,9 @@ the answer in its own way (``_grow`` and ``_shrink``): the slots of
 ``slots.py`` start and retire threads, the asyncio pool's tasks need nothing
 started. The count is logged when it changes and written on the worker row,
 for the admin.
+
+A job's place is freed when its run ends (``_freed``), by whichever pool ran
+it, the same way: unless its ack waits in the completer.
 """
 
 from __future__ import annotations
@@ -17,21 +20,27 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..outage import DATABASE_ERRORS
+from ..run.outcomes import Outcome
 from .autoscale import SlotPolicy
 
 if TYPE_CHECKING:
+    from ...models import Job
     from .base import PoolParts
 
 logger = logging.getLogger(__name__)
 
 
-class Resizing:
-    """A pool's slot count, within ``--concurrency MIN:MAX`` (fixed without a range)."""
+class CountedPool:
+    """A pool's parts and its slot count, within ``--concurrency MIN:MAX`` (fixed without a range)."""
 
     def __init__(self, parts: PoolParts) -> None:
         config = parts.config
         self.config = config
         self.client = parts.client
+        self.executor = parts.executor
+        self.running = parts.running
+        self.wake = parts.wake
+        self.signalled = parts.signalled
         self._count = config.concurrency  # the slots claims are made for; retiring ones left out
         self._policy: SlotPolicy | None = None
         if not config.slot_range.fixed:
@@ -50,6 +59,15 @@ class Resizing:
     def capacity(self) -> int:
         """The jobs the worker claims for: one per slot."""
         return self._count
+
+    def _freed(self, job: Job, outcome: Outcome | None) -> None:
+        """``job``'s run ended with ``outcome`` (None: it failed to run): free its place.
+
+        An ack batched with a claim frees its place once written (the
+        supervisor's ``_acks_written``); anything else frees it here.
+        """
+        if outcome is not Outcome.PENDING and self.running.remove(job):
+            self.wake()
 
     def _grow(self, target: int) -> None:
         """Run up to ``target`` jobs at once; fewer if a slot cannot start."""
