@@ -54,6 +54,17 @@ def events(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
+def of(path: str | Path, job: Any, event: str | None = None) -> list[dict[str, Any]]:
+    """The events ``job`` noted (all its attempts), optionally only those named ``event``."""
+    return [e for e in events(path) if e.get("job") == job.pk and (event is None or e["event"] == event)]
+
+
+def first(path: str | Path, job: Any, event: str) -> dict[str, Any] | None:
+    """The first event named ``event`` that ``job`` noted, or None."""
+    found = of(path, job, event)
+    return found[0] if found else None
+
+
 @job(name="workers.record", takes_context=True)
 def record(ctx: JobContext, path: str, value: Any = None, seconds: float = 0.0) -> Any:
     note(path, "start", ctx, value=value)

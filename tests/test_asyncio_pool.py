@@ -12,7 +12,6 @@ import re
 import signal
 import time
 from importlib.util import find_spec
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -20,7 +19,7 @@ from django.contrib.auth.models import User
 from django_jobqueue import QueueClient, batch, enqueue_many, job
 from django_jobqueue.models import DeadLetter, Job, Worker
 from tests import coroutine_jobs  # noqa: F401 - registered here too: push takes their @job options
-from tests.jobs_for_workers import events
+from tests.jobs_for_workers import events, first, of
 from tests.worker_support import database_url, wait_until, worker_sessions
 
 MODULES = {"JOBQUEUE_MODULES": "tests.jobs_for_workers,tests.coroutine_jobs"}
@@ -28,15 +27,6 @@ BACKOFF = {"JOBQUEUE_BACKOFF_BASE": "0.6", "JOBQUEUE_BACKOFF_MAX": "0.6"}
 FAST = ("--pool", "asyncio", "--poll-interval", "0.05", "--cancel-grace", "1")
 # How late after its cause an effect may come on a loaded two-core machine.
 SLACK = 0.75
-
-
-def of(path: str, job: Job, event: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in events(path) if e.get("job") == job.pk and (event is None or e["event"] == event)]
-
-
-def first(path: str, job: Job, event: str) -> dict[str, Any] | None:
-    found = of(path, job, event)
-    return found[0] if found else None
 
 
 def most_at_once(spans: list[tuple[float, float]]) -> int:

@@ -15,13 +15,12 @@ import time
 from collections import Counter
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from django_jobqueue import QueueClient
 from django_jobqueue.models import DeadLetter, Job, Worker
-from tests.jobs_for_workers import events
+from tests.jobs_for_workers import events, first, of
 from tests.worker_support import wait_until
 
 POOLS = pytest.mark.parametrize("pool", ["threads", "processes"])
@@ -32,16 +31,6 @@ FAST = ("--poll-interval", "0.05", "--cancel-grace", "1")
 LONG = 30.0
 # How late after its cause an effect may come on a loaded two-core machine.
 SLACK = 0.75
-
-
-def of(path: str, job: Job, event: str | None = None) -> list[dict[str, Any]]:
-    """The events ``job`` noted (all its attempts), optionally only those named ``event``."""
-    return [e for e in events(path) if e.get("job") == job.pk and (event is None or e["event"] == event)]
-
-
-def first(path: str, job: Job, event: str) -> dict[str, Any] | None:
-    found = of(path, job, event)
-    return found[0] if found else None
 
 
 def gone(pid: int) -> bool:
