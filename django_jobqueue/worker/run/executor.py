@@ -164,19 +164,17 @@ class Executor:
         the database: a plain ack (never told to stop, no progress, no Django
         Task) goes to the completer, and None is returned (``PENDING``).
         """
-        quick = (
-            self.completer is not None
-            and attempt.verdict.action is Action.ACK
+        completer = self.completer
+        plain_ack = (
+            attempt.verdict.action is Action.ACK
             and attempt.task_run is None
             and attempt.settled is None
             and control.progress is None
         )
-        if not quick or not control.settle_if_running("slot"):
+        if completer is None or not plain_ack or not control.settle_if_running("slot"):
             return lambda: self.finish(job, control, attempt)
         duration = time.monotonic() - control.started
-        if self.completer is not None and self.completer.submit(
-            job, attempt.verdict.result, self._reporter(job, duration)
-        ):
+        if completer.submit(job, attempt.verdict.result, self._reporter(job, duration)):
             return None
         # The completer has stopped (a job that outlived the shutdown): its thread writes the ack.
         return lambda: self.finish(job, control, attempt, settled=True)

@@ -94,7 +94,7 @@ class Lanes:
             await asyncio.sleep(TIDY_INTERVAL)
             # Each in its lane's thread (a Django connection belongs to the thread that opened
             # it), side by side: a lane busy with a long query holds back no other.
-            used = [lane for lane in self.lanes if lane.used and lane.context is not None]
+            used = [lane for lane in self.lanes if lane.used]
             await asyncio.gather(
                 *(asyncio.create_task(lane.tidy(), context=lane.job_context()) for lane in used)
             )
